@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Builds a guest kernel from Debian's linux-source-6.12 and prints its object tree.
+#
+#   tools/kernel.sh <x86_64|arm64> [patched|unpatched]
+#
+# The last line of stdout is the object tree (the KDIR for `make -C $KDIR M=...`); progress goes
+# to stderr. Everything lives under $TEXTPOKE_CACHE (default ~/.cache/textpoke):
+#
+#   kernel/patched/             Debian's source with tools/patches applied
+#   kernel/patched/build-<arch> object tree for each arch (srctree is "..", so commands
+#                               do not depend on where the cache is)
+#   kernel/unpatched/           pristine source, and build-x86_64 for the negative check
+#
+# A build is keyed on a hash of (source version, patches, config fragments, this recipe's
+# version). An unchanged key does nothing; a changed one rebuilds incrementally: patches are
+# reverse-applied and re-applied so only touched files get new mtimes, and the config is
+# regenerated in place so Kbuild recompiles only what changed.
+set -euo pipefail
+
+arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched]}
+variant=${2:-patched}
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+tarball=/usr/src/linux-source-6.12.tar.xz
+# Bump when the way a kernel is produced changes in a way the inputs below do not show.
+recipe=3
+export PATH="$HOME/.cargo/bin:$PATH"
+
+start=$(date +%s)
+stage() { printf '[kernel %s/%s +%ss] %s\n' "$arch" "$variant" $(($(date +%s) - start)) "$*" >&2; }
+die() { printf 'tools/kernel.sh: %s\n' "$*" >&2; exit 1; }
+
+case $arch in
+x86_64) image=arch/x86/boot/bzImage ;;
+arm64) image=arch/arm64/boot/Image ;;
+*) die "unknown arch '$arch' (x86_64 or arm64)" ;;
+esac
+case $variant in
+patched | unpatched) ;;
+*) die "unknown variant '$variant' (patched or unpatched)" ;;
+esac
+[ -f "$tarball" ] || die "$tarball missing: run tools/install-deps.sh"
+
+src_version=$(dpkg-query -W -f='${Version}' linux-source-6.12)
+patches=("$top"/tools/patches/*.patch)
+fragments=("$top/tools/kconfig/common.config" "$top/tools/kconfig/$arch.config")
+key=$( {
+	echo "recipe $recipe source $src_version variant $variant arch $arch"
+	[ "$variant" = patched ] && cat "${patches[@]}"
+	cat "${fragments[@]}"
+} | sha256sum | cut -c1-16)
+
+srcdir=$cache/kernel/$variant
+objtree=$srcdir/build-$arch
+kmake() { make -C "$srcdir" O="build-$arch" ARCH="$arch" LLVM=1 "$@"; }
+
+if [ -f "$objtree/.textpoke-key" ] && [ "$(cat "$objtree/.textpoke-key")" = "$key" ] &&
+	[ -f "$objtree/$image" ]; then
+	stage "up to date (key $key)"
+	echo "$objtree"
+	exit 0
+fi
+
+# Source tree: extracted once per Debian version.
+if [ "$(cat "$srcdir/.textpoke-source" 2>/dev/null)" != "$src_version" ]; then
+	stage "extracting linux-source-6.12 $src_version"
+	rm -rf "$srcdir" "$srcdir.tmp"
+	mkdir -p "$srcdir.tmp"
+	tar -xf "$tarball" -C "$srcdir.tmp" --strip-components=1
+	echo "$src_version" >"$srcdir.tmp/.textpoke-source"
+	mv "$srcdir.tmp" "$srcdir"
+fi
+
+# Patch series: bring the applied set in line with tools/patches. Reverse-applying the old
+# series (kept in the tree) touches only the files it changed.
+if [ "$variant" = patched ]; then
+	applied=$srcdir/.textpoke-patches
+	if ! diff -rq "$applied" "$top/tools/patches" >/dev/null 2>&1; then
+		if [ -d "$applied" ]; then
+			stage "reverting the previously applied patch series"
+			for p in $(ls -r "$applied"/*.patch); do
+				patch -d "$srcdir" -p1 -R -s --no-backup-if-mismatch <"$p" ||
+					die "cannot revert $(basename "$p"); remove $srcdir to start over"
+			done
+			rm -rf "$applied"
+		fi
+		for p in "${patches[@]}"; do
+			stage "applying $(basename "$p")"
+			patch -d "$srcdir" -p1 -s --forward --no-backup-if-mismatch <"$p" ||
+				die "$(basename "$p") does not apply to linux-source-6.12 $src_version"
+		done
+		mkdir -p "$applied"
+		cp "${patches[@]}" "$applied/"
+	fi
+elif [ ! -d "$objtree" ] && [ -f "$cache/kernel/patched/build-$arch/$image" ]; then
+	# The unpatched kernel differs from the patched one in a handful of files: start from a
+	# copy of the patched objects and make the files the series touches newer than them, so
+	# Kbuild recompiles exactly those.
+	stage "seeding from the patched $arch object tree"
+	cp -a "$cache/kernel/patched/build-$arch" "$objtree.tmp"
+	rm -f "$objtree.tmp/.textpoke-key"
+	mv "$objtree.tmp" "$objtree"
+	grep -h '^+++ b/' "$top"/tools/patches/*.patch | cut -c7- | sort -u | while read -r f; do
+		[ -f "$srcdir/$f" ] && touch "$srcdir/$f"
+	done
+fi
+
+stage "configuring: tinyconfig + ${fragments[*]##*/}"
+mkdir -p "$objtree"
+kmake -s tinyconfig >/dev/null
+"$srcdir/scripts/kconfig/merge_config.sh" -m -O "$objtree" "$objtree/.config" "${fragments[@]}" >/dev/null
+kmake -s olddefconfig >/dev/null
+missing=$(cat "${fragments[@]}" | sed -n 's/^\(CONFIG_[A-Z0-9_]*=.*\)$/\1/p; s/^# \(CONFIG_[A-Z0-9_]*\) is not set$/\1=n/p' |
+	while IFS= read -r want; do
+		sym=${want%%=*} val=${want#*=}
+		if [ "$val" = n ]; then
+			if grep -q "^$sym=" "$objtree/.config"; then echo "$sym should be unset"; fi
+		elif ! grep -qx "$sym=$val" "$objtree/.config"; then
+			echo "$want did not stick"
+		fi
+	done)
+[ -z "$missing" ] || die "config fragment options rejected by Kconfig (missing dependency?):
+$missing"
+
+stage "building (log: $objtree/build.log)"
+(
+	while sleep 60; do
+		stage "still building: $(grep -c '^  [A-Z]' "$objtree/build.log" 2>/dev/null || echo 0) steps so far"
+	done
+) &
+heartbeat=$!
+trap 'kill $heartbeat 2>/dev/null || true' EXIT
+if ! kmake -j"$(nproc)" >"$objtree/build.log" 2>&1; then
+	tail -40 "$objtree/build.log" >&2
+	die "kernel build failed; full log in $objtree/build.log"
+fi
+kill $heartbeat 2>/dev/null || true
+echo "$key" >"$objtree/.textpoke-key"
+stage "done: $objtree/$image"
+echo "$objtree"
