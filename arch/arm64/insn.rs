@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! arm64 instruction codec and BRK emulation for text pokes.
+//!
+//! A poke overwrites a site with the guard [`GUARD`] (`BRK #0x008`), syncs all CPUs, then writes
+//! the new instruction. A CPU that hits the guard in the meantime traps, and the trap handler
+//! calls [`Insn::emulate`] so that the CPU behaves as if it had executed the NEW instruction.
+//!
+//! Every A64 instruction is one little-endian 32-bit word at a 4-byte aligned address. Only the
+//! few instructions the kernel itself patches are supported, so that a decoded site can be trusted
+//! to be one of them. The file is compiled both into the kernel module and into the host crate
+//! `textpoke-core`, so it uses only `core`, never allocates and never panics; all address
+//! arithmetic wraps, as the CPU's does.
+
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
+use crate::insn::{InsnBytes, InsnError};
+
+/// The `BRK` immediate that textpoke's kernel patch reserves for text-poke guards.
+pub const GUARD_BRK_IMM: u16 = 0x008;
+
+/// The guard written over a site while it is being patched.
+pub const GUARD: Insn = Insn::Brk { imm: GUARD_BRK_IMM };
+
+/// Length in bytes of every A64 instruction.
+pub const INSN_LEN: usize = 4;
+
+/// `INSN_LEN` as an address increment.
+const INSN_STEP: u64 = 4;
+
+/// The address bits that must be clear in a 4-byte aligned address.
+const ALIGN_MASK: u64 = 0b11;
+
+/// `NOP` (`HINT #0`).
+const NOP: u32 = 0xd503_201f;
+
+/// `B` with a zero offset; the offset goes in the low 26 bits.
+const B: u32 = 0x1400_0000;
+
+/// `BL` with a zero offset; the offset goes in the low 26 bits.
+const BL: u32 = 0x9400_0000;
+
+/// Mask of the opcode bits of `B` and `BL`.
+const BRANCH_OPCODE_MASK: u32 = 0xfc00_0000;
+
+/// Mask of the `imm26` word offset of `B` and `BL`.
+const IMM26_MASK: u32 = 0x03ff_ffff;
+
+/// `mov x9, x30`, the alias of `orr x9, xzr, x30`.
+const MOV_X9_X30: u32 = 0xaa1e_03e9;
+
+/// `ret` (`ret x30`).
+const RET: u32 = 0xd65f_03c0;
+
+/// `BRK #0`; the immediate goes in bits 5 to 20.
+const BRK: u32 = 0xd420_0000;
+
+/// Mask of the bits of `BRK` outside its immediate.
+const BRK_OPCODE_MASK: u32 = 0xffe0_001f;
+
+/// Position of the `BRK` immediate.
+const BRK_IMM_SHIFT: u32 = 5;
+
+/// Lowest byte offset a `B` or `BL` reaches: -128 MiB.
+const BRANCH_MIN: i64 = -(1 << 27);
+
+/// Highest byte offset a `B` or `BL` reaches: 128 MiB minus one instruction.
+const BRANCH_MAX: i64 = (1 << 27) - 4;
+
+/// Register number of the link register `x30`.
+const LR: u8 = 30;
+
+/// Register number of `x9`, where ftrace's patchable-entry prologue saves the link register.
+const X9: u8 = 9;
+
+/// One arm64 instruction that a text poke may write or find at a site.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Insn {
+    /// `NOP`.
+    Nop,
+    /// `B target`: a branch within ±128 MiB.
+    B {
+        /// Absolute address the branch goes to, 4-byte aligned.
+        target: u64,
+    },
+    /// `BL target`: a branch with link within ±128 MiB.
+    Bl {
+        /// Absolute address of the called function, 4-byte aligned.
+        target: u64,
+    },
+    /// `mov x9, x30`, ftrace's patchable-entry prologue that saves the link register.
+    MovX9X30,
+    /// `ret`, returning to `x30`.
+    Ret,
+    /// `BRK #imm`, a breakpoint; [`GUARD`] is the one text pokes use.
+    Brk {
+        /// The 16-bit immediate that tells breakpoint handlers apart.
+        imm: u16,
+    },
+}
+
+/// The kind of an [`Insn`] without its operands, for statistics.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Kind {
+    /// [`Insn::Nop`].
+    Nop,
+    /// [`Insn::B`].
+    B,
+    /// [`Insn::Bl`].
+    Bl,
+    /// [`Insn::MovX9X30`].
+    MovX9X30,
+    /// [`Insn::Ret`].
+    Ret,
+    /// [`Insn::Brk`].
+    Brk,
+}
+
+impl Kind {
+    /// Every kind, in declaration order, so that `kind as usize` indexes this array.
+    pub const ALL: [Kind; 6] = [
+        Kind::Nop,
+        Kind::B,
+        Kind::Bl,
+        Kind::MovX9X30,
+        Kind::Ret,
+        Kind::Brk,
+    ];
+
+    /// A short lowercase name for statistics and log lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Nop => "nop",
+            Kind::B => "b",
+            Kind::Bl => "bl",
+            Kind::MovX9X30 => "mov_x9_x30",
+            Kind::Ret => "ret",
+            Kind::Brk => "brk",
+        }
+    }
+}
+
+/// The registers of an interrupted CPU that emulation reads and writes.
+pub trait Regs {
+    /// The program counter.
+    fn pc(&self) -> u64;
+    /// Sets the program counter the CPU resumes at.
+    fn set_pc(&mut self, pc: u64);
+    /// The general-purpose register `x<n>`, for `n` in `0..=30`.
+    fn x(&self, n: u8) -> u64;
+    /// Sets the general-purpose register `x<n>`, for `n` in `0..=30`.
+    fn set_x(&mut self, n: u8, v: u64);
+}
+
+impl Insn {
+    /// The instruction's length in bytes, always [`INSN_LEN`].
+    #[expect(clippy::len_without_is_empty, reason = "an instruction is never empty")]
+    pub const fn len(&self) -> usize {
+        INSN_LEN
+    }
+
+    /// The instruction's kind, without operands.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Insn::Nop => Kind::Nop,
+            Insn::B { .. } => Kind::B,
+            Insn::Bl { .. } => Kind::Bl,
+            Insn::MovX9X30 => Kind::MovX9X30,
+            Insn::Ret => Kind::Ret,
+            Insn::Brk { .. } => Kind::Brk,
+        }
+    }
+
+    /// Encodes the instruction as the word it must be at address `site`.
+    ///
+    /// Fails with [`InsnError::Misaligned`] if `site` or a branch target is not 4-byte aligned,
+    /// and with [`InsnError::OutOfRange`] if a branch target is beyond ±128 MiB of `site`.
+    pub fn encode_word(&self, site: u64) -> Result<u32, InsnError> {
+        check_aligned(site)?;
+        match *self {
+            Insn::Nop => Ok(NOP),
+            Insn::B { target } => Ok(B | imm26(site, target)?),
+            Insn::Bl { target } => Ok(BL | imm26(site, target)?),
+            Insn::MovX9X30 => Ok(MOV_X9_X30),
+            Insn::Ret => Ok(RET),
+            Insn::Brk { imm } => Ok(BRK | (u32::from(imm) << BRK_IMM_SHIFT)),
+        }
+    }
+
+    /// Encodes the instruction as the bytes it must be at address `site`.
+    ///
+    /// Fails as [`Insn::encode_word`] does.
+    pub fn encode(&self, site: u64) -> Result<InsnBytes, InsnError> {
+        InsnBytes::new(&self.encode_word(site)?.to_le_bytes())
+    }
+
+    /// Decodes the word `word` found at address `site`.
+    ///
+    /// Fails with [`InsnError::Misaligned`] if `site` is not 4-byte aligned and with
+    /// [`InsnError::Unsupported`] if `word` is not a supported instruction.
+    pub fn decode_word(site: u64, word: u32) -> Result<Insn, InsnError> {
+        check_aligned(site)?;
+        match word {
+            NOP => Ok(Insn::Nop),
+            MOV_X9_X30 => Ok(Insn::MovX9X30),
+            RET => Ok(Insn::Ret),
+            _ if word & BRANCH_OPCODE_MASK == B => Ok(Insn::B {
+                target: branch_target(site, word),
+            }),
+            _ if word & BRANCH_OPCODE_MASK == BL => Ok(Insn::Bl {
+                target: branch_target(site, word),
+            }),
+            _ if word & BRK_OPCODE_MASK == BRK => {
+                // The immediate is the low 16 bits once shifted down; the opcode bits above it
+                // are dropped.
+                let [lo, hi, _, _] = (word >> BRK_IMM_SHIFT).to_le_bytes();
+                Ok(Insn::Brk {
+                    imm: u16::from_le_bytes([lo, hi]),
+                })
+            }
+            _ => Err(InsnError::Unsupported),
+        }
+    }
+
+    /// Decodes `bytes`, found at address `site`, as exactly one instruction.
+    ///
+    /// Fails with [`InsnError::Truncated`] if `bytes` holds fewer than 4 bytes, with
+    /// [`InsnError::LengthMismatch`] if it holds more, and otherwise as [`Insn::decode_word`].
+    pub fn decode(site: u64, bytes: &[u8]) -> Result<Insn, InsnError> {
+        let word: [u8; INSN_LEN] = match bytes.len() {
+            INSN_LEN => bytes.try_into().map_err(|_| InsnError::LengthMismatch)?,
+            n if n < INSN_LEN => return Err(InsnError::Truncated),
+            _ => return Err(InsnError::LengthMismatch),
+        };
+        Insn::decode_word(site, u32::from_le_bytes(word))
+    }
+
+    /// Makes the CPU whose registers are `regs` behave as if it had executed this instruction at
+    /// address `site`.
+    ///
+    /// This is what the `BRK` trap handler does for a CPU that hit the guard at `site` (so
+    /// `regs.pc()` is `site`) while this instruction was being written there; it follows
+    /// `simulate_b_bl()` in Linux's arch/arm64/kernel/probes/simulate-insn.c. It fails, and
+    /// leaves `regs` untouched, if the instruction cannot be encoded at `site` (see
+    /// [`Insn::encode_word`]) or is a [`Insn::Brk`]: that is a breakpoint, which the kernel must
+    /// deliver rather than skip.
+    ///
+    /// The emulated `B`, `BL` and `RET` need no BTI landing pad at their target, just as the real
+    /// ones (a direct branch or a return) do not: the new PC takes effect by exception return,
+    /// not by an indirect branch, which kprobes relies on too. Because none of the emulated
+    /// instructions leaves `PSTATE.BTYPE` set, the trap handler should clear the saved BTYPE, as
+    /// `arm64_skip_faulting_instruction()` does, in case the guard was itself reached by an
+    /// indirect branch.
+    pub fn emulate(&self, site: u64, regs: &mut impl Regs) -> Result<(), InsnError> {
+        // Only an instruction that can exist at `site` has well-defined effects.
+        self.encode_word(site)?;
+        let next = site.wrapping_add(INSN_STEP);
+        match *self {
+            Insn::Nop => regs.set_pc(next),
+            Insn::B { target } => regs.set_pc(target),
+            Insn::Bl { target } => {
+                regs.set_x(LR, next);
+                regs.set_pc(target);
+            }
+            Insn::MovX9X30 => {
+                regs.set_x(X9, regs.x(LR));
+                regs.set_pc(next);
+            }
+            Insn::Ret => regs.set_pc(regs.x(LR)),
+            Insn::Brk { .. } => return Err(InsnError::Unsupported),
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `addr` is 4-byte aligned, as every instruction address must be.
+fn check_aligned(addr: u64) -> Result<(), InsnError> {
+    if addr & ALIGN_MASK == 0 {
+        Ok(())
+    } else {
+        Err(InsnError::Misaligned)
+    }
+}
+
+/// The `imm26` field of a `B` or `BL` from `site` to `target`.
+fn imm26(site: u64, target: u64) -> Result<u32, InsnError> {
+    check_aligned(target)?;
+    // Two's complement: a target below `site` yields a negative offset.
+    let offset = target.wrapping_sub(site) as i64;
+    if !(BRANCH_MIN..=BRANCH_MAX).contains(&offset) {
+        return Err(InsnError::OutOfRange);
+    }
+    // The offset is a multiple of 4 within 28 signed bits, so its word count fits in 26 bits
+    // once truncated to them.
+    Ok(((offset >> 2) as u32) & IMM26_MASK)
+}
+
+/// The target of the `B` or `BL` word `word` at `site`.
+fn branch_target(site: u64, word: u32) -> u64 {
+    // Moving `imm26` to the top of the word and shifting it back arithmetically sign-extends it;
+    // stopping the shift two bits early multiplies it by 4.
+    let offset = (((word & IMM26_MASK) << 6) as i32) >> 4;
+    site.wrapping_add(i64::from(offset) as u64)
+}

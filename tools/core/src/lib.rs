@@ -1,0 +1,26 @@
+//! Host build of textpoke's pure logic.
+//!
+//! Every module below except [`model`] is a file of the kernel module, included here through
+//! `#[path]`, so `cargo test` exercises exactly the source the kernel compiles. Those files use
+//! only `core`, never allocate and never panic; the host-only [`model`] uses `std`.
+
+#[path = "../../../kernel/insn.rs"]
+pub mod insn;
+
+#[path = "../../../arch/x86/insn.rs"]
+pub mod x86;
+
+#[path = "../../../arch/arm64/insn.rs"]
+pub mod arm64;
+
+#[path = "../../../kernel/pending.rs"]
+pub mod pending;
+
+#[path = "../../../kernel/plan.rs"]
+pub mod plan;
+
+#[path = "../../../kernel/record.rs"]
+pub mod record;
+
+pub mod atomic;
+pub mod model;

@@ -1,0 +1,483 @@
+//! Host model of SMP instruction-cache incoherence, run against the engine's plan.
+//!
+//! QEMU keeps emulated code coherent, so a guest can never show an incoherence bug: the
+//! protocol is proven here instead. The model has one poker executing a batch's steps (the
+//! real [`Plan`] for the real protocol) and `N` CPUs that execute the batch's sites. Each CPU
+//! sees text through a private view that may be stale:
+//!
+//! - a write changes memory, not the views;
+//! - a CPU may refresh any part of its view from memory at any time (a cache refill);
+//! - a sync refreshes every CPU's whole view (x86: the IPI's serializing instruction; arm64:
+//!   cache maintenance plus the IPI's context synchronization);
+//! - taking a trap refreshes the trapping CPU's view (exception entry and return are context
+//!   synchronizing).
+//!
+//! x86 views are kept per chunk, the first byte and the tail, so a CPU can see a new first byte
+//! with a stale tail. arm64 instructions are a single 4-byte chunk (single-copy atomic).
+//!
+//! Every execution of a site by a CPU is classified: the old instruction, the new one, trapped
+//! (the handler looked the address up and emulated the new instruction), or a violation. The
+//! checked invariant (seed 000): an execution that did not trap sees the old instruction only
+//! before the site's `PERF_RECORD_TEXT_POKE` and the new one only after it; a trapped execution
+//! must find its site in the table and behaves as the new instruction; nothing ever sees a mix
+//! of the two; when the plan is done every site holds the new instruction.
+//!
+//! Executions do not change the state (except that a trap refreshes the view), so each state is
+//! checked for every (CPU, site) execution and only writes, refreshes and traps branch. That
+//! keeps exhaustive exploration cheap for small sizes; [`random_walks`] covers larger ones.
+//!
+//! Not covered: the memory ordering of the table itself (loom covers it), the real cost or
+//! latency of anything, instructions other than the batch's sites, interrupts that nest traps,
+//! and hardware behaviour beyond "a view is some past value of memory until synchronized".
+
+use crate::insn::InsnBytes;
+use crate::plan::{Arch, Change, Plan, Step, X86_GUARD};
+use std::collections::HashSet;
+
+/// arm64 `BRK #0x008` (the guard immediate our kernel patch reserves), little-endian.
+pub const ARM64_GUARD: [u8; 4] = 0xd420_0100u32.to_le_bytes();
+
+/// The protocol the poker follows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocol {
+    /// The engine's plan, exactly as `kernel/plan.rs` produces it.
+    Guarded,
+    /// Negative control: upstream arm64 jump labels. Each new instruction is written directly
+    /// ("nosync"), with a record emitted right after it, and one sync at the end.
+    UnguardedNosync,
+    /// Negative control: the records are emitted before the sync that publishes the guards.
+    EventBeforeGuardSync,
+    /// Negative control (x86): the first bytes are written without the sync after the tails.
+    HeadBeforeTailSync,
+    /// Negative control: the guarded plan with a table of one (address, instruction) slot,
+    /// overwritten per site, as in the 2019 arm64 prototype.
+    SingleSlotTable,
+}
+
+/// What went wrong in an execution or at the end.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Violation {
+    /// A CPU executed the old instruction after the site's record.
+    OldAfterRecord,
+    /// A CPU executed the new instruction (without trapping) before the site's record.
+    NewBeforeRecord,
+    /// A CPU executed a mix of old and new bytes.
+    Torn,
+    /// A CPU trapped on a guard the table could not resolve (in the kernel: an oops).
+    UnhandledTrap,
+    /// The plan ended with a site not holding its new instruction.
+    FinalText,
+}
+
+/// How one execution went.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Outcome {
+    /// Executed the old instruction.
+    Old,
+    /// Executed the new instruction.
+    New,
+    /// Trapped on the guard and emulated the new instruction.
+    Trapped,
+    /// Broke the invariant.
+    Bad(Violation),
+}
+
+/// Counters of an exploration.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Distinct states visited.
+    pub states: usize,
+    /// Executions classified (one per state, CPU and site).
+    pub executions: usize,
+    /// Executions classified as the old instruction.
+    pub old: usize,
+    /// Executions classified as the new instruction.
+    pub new: usize,
+    /// Executions that trapped and were emulated.
+    pub trapped: usize,
+    /// Every distinct violation found, with how often it was seen.
+    pub violations: Vec<(Violation, usize)>,
+}
+
+impl Report {
+    fn count(&mut self, outcome: Outcome) {
+        self.executions += 1;
+        match outcome {
+            Outcome::Old => self.old += 1,
+            Outcome::New => self.new += 1,
+            Outcome::Trapped => self.trapped += 1,
+            Outcome::Bad(v) => self.violation(v),
+        }
+    }
+
+    fn violation(&mut self, v: Violation) {
+        match self.violations.iter_mut().find(|(seen, _)| *seen == v) {
+            Some((_, n)) => *n += 1,
+            None => self.violations.push((v, 1)),
+        }
+    }
+
+    /// Whether violation `v` was found.
+    pub fn found(&self, v: Violation) -> bool {
+        self.violations.iter().any(|(seen, _)| *seen == v)
+    }
+}
+
+/// A poker step: a plan step, or a direct write of the whole new instruction.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ModelStep {
+    Plan(Step),
+    WriteWhole(usize),
+}
+
+/// The batch under test.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    arch: Arch,
+    changes: Vec<Change>,
+    steps: Vec<ModelStep>,
+    protocol: Protocol,
+}
+
+impl Batch {
+    /// The steps `protocol` takes to apply `changes` on `arch`.
+    pub fn new(arch: Arch, protocol: Protocol, changes: Vec<Change>) -> Self {
+        let plan: Vec<Step> = Plan::new(arch, &changes).collect();
+        let steps = match protocol {
+            Protocol::Guarded | Protocol::SingleSlotTable => {
+                plan.into_iter().map(ModelStep::Plan).collect()
+            }
+            Protocol::UnguardedNosync => {
+                let mut steps = Vec::new();
+                for i in 0..changes.len() {
+                    steps.push(ModelStep::WriteWhole(i));
+                    steps.push(ModelStep::Plan(Step::Emit(i)));
+                }
+                steps.push(ModelStep::Plan(Step::Sync));
+                steps
+            }
+            Protocol::EventBeforeGuardSync => {
+                // Hoist every record to just before the first sync.
+                let first_sync = plan.iter().position(|s| *s == Step::Sync).unwrap_or(0);
+                let mut steps: Vec<ModelStep> = plan[..first_sync]
+                    .iter()
+                    .copied()
+                    .map(ModelStep::Plan)
+                    .collect();
+                steps.extend(
+                    plan.iter()
+                        .filter(|s| matches!(s, Step::Emit(_)))
+                        .copied()
+                        .map(ModelStep::Plan),
+                );
+                steps.extend(
+                    plan[first_sync..]
+                        .iter()
+                        .filter(|s| !matches!(s, Step::Emit(_)))
+                        .copied()
+                        .map(ModelStep::Plan),
+                );
+                steps
+            }
+            Protocol::HeadBeforeTailSync => {
+                // Drop the sync that separates the last tail write from the first head write.
+                let mut steps: Vec<ModelStep> = Vec::new();
+                let mut tail_seen = false;
+                for s in plan {
+                    match s {
+                        Step::WriteTail(_) => tail_seen = true,
+                        Step::Sync if tail_seen => {
+                            tail_seen = false;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    steps.push(ModelStep::Plan(s));
+                }
+                steps
+            }
+        };
+        Self {
+            arch,
+            changes,
+            steps,
+            protocol,
+        }
+    }
+
+    fn chunks(&self) -> usize {
+        match self.arch {
+            Arch::X86 => 2,
+            Arch::Arm64 => 1,
+        }
+    }
+
+    /// Bytes of chunk `k` of instruction `insn`.
+    fn chunk(&self, insn: &[u8], k: usize) -> Vec<u8> {
+        match (self.arch, k) {
+            (Arch::X86, 0) => insn[..1].to_vec(),
+            (Arch::X86, _) => insn[1..].to_vec(),
+            (Arch::Arm64, _) => insn.to_vec(),
+        }
+    }
+
+    fn guard(&self, site: usize) -> Vec<u8> {
+        match self.arch {
+            Arch::X86 => {
+                let mut bytes = self.changes[site].old.as_slice().to_vec();
+                bytes[0] = X86_GUARD;
+                bytes
+            }
+            Arch::Arm64 => ARM64_GUARD.to_vec(),
+        }
+    }
+
+    fn is_guard(&self, bytes: &[u8]) -> bool {
+        match self.arch {
+            Arch::X86 => bytes[0] == X86_GUARD,
+            Arch::Arm64 => bytes == ARM64_GUARD,
+        }
+    }
+}
+
+/// One point of the exploration.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct State {
+    /// Next poker step.
+    pc: usize,
+    /// Text in memory, per site.
+    mem: Vec<Vec<u8>>,
+    /// What each CPU would fetch, per site (`cpu * sites + site`).
+    views: Vec<Vec<u8>>,
+    /// Sites whose record has been emitted.
+    recorded: Vec<bool>,
+    /// Sites the per-address table resolves (the real engine: all of the batch, or none).
+    published: bool,
+    /// The single-slot table's current site.
+    slot: Option<usize>,
+}
+
+impl State {
+    fn initial(batch: &Batch, cpus: usize) -> Self {
+        let mem: Vec<Vec<u8>> = batch
+            .changes
+            .iter()
+            .map(|c| c.old.as_slice().to_vec())
+            .collect();
+        let views = (0..cpus).flat_map(|_| mem.iter().cloned()).collect();
+        Self {
+            pc: 0,
+            recorded: vec![false; mem.len()],
+            mem,
+            views,
+            published: false,
+            slot: None,
+        }
+    }
+
+    fn sites(&self) -> usize {
+        self.mem.len()
+    }
+
+    fn sync_all(&mut self) {
+        let sites = self.sites();
+        for (i, view) in self.views.iter_mut().enumerate() {
+            *view = self.mem[i % sites].clone();
+        }
+    }
+
+    fn refresh_cpu(&mut self, cpu: usize) {
+        let sites = self.sites();
+        for site in 0..sites {
+            self.views[cpu * sites + site] = self.mem[site].clone();
+        }
+    }
+
+    /// The poker's next step, applied; `None` when the plan is done.
+    fn step(&self, batch: &Batch) -> Option<State> {
+        let step = *batch.steps.get(self.pc)?;
+        let mut next = self.clone();
+        next.pc += 1;
+        match step {
+            ModelStep::Plan(Step::Publish) => next.published = true,
+            ModelStep::Plan(Step::Retire) => {
+                next.published = false;
+                next.slot = None;
+            }
+            ModelStep::Plan(Step::WriteGuard(i)) => {
+                if batch.protocol == Protocol::SingleSlotTable {
+                    next.slot = Some(i);
+                }
+                let guard = batch.guard(i);
+                match batch.arch {
+                    Arch::X86 => next.mem[i][0] = guard[0],
+                    Arch::Arm64 => next.mem[i] = guard,
+                }
+            }
+            ModelStep::Plan(Step::Sync) => next.sync_all(),
+            ModelStep::Plan(Step::WriteTail(i)) => {
+                let tail = batch.changes[i].new.tail().to_vec();
+                next.mem[i][1..].copy_from_slice(&tail);
+            }
+            ModelStep::Plan(Step::Emit(i)) => next.recorded[i] = true,
+            ModelStep::Plan(Step::WriteHead(i)) => match batch.arch {
+                Arch::X86 => next.mem[i][0] = batch.changes[i].new.head(),
+                Arch::Arm64 => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
+            },
+            ModelStep::WriteWhole(i) => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
+        }
+        Some(next)
+    }
+
+    /// Classifies CPU `cpu` executing site `site` now.
+    fn execute(&self, batch: &Batch, cpu: usize, site: usize) -> Outcome {
+        let view = &self.views[cpu * self.sites() + site];
+        let change = &batch.changes[site];
+        if batch.is_guard(view) {
+            // The single slot is keyed by address, as in the 2019 prototype's handler: a guard at
+            // any other site is not recognized.
+            let resolved = match batch.protocol {
+                Protocol::SingleSlotTable => self.slot == Some(site),
+                _ => self.published,
+            };
+            return if resolved {
+                Outcome::Trapped
+            } else {
+                Outcome::Bad(Violation::UnhandledTrap)
+            };
+        }
+        if view.as_slice() == change.old.as_slice() {
+            if self.recorded[site] {
+                Outcome::Bad(Violation::OldAfterRecord)
+            } else {
+                Outcome::Old
+            }
+        } else if view.as_slice() == change.new.as_slice() {
+            if self.recorded[site] {
+                Outcome::New
+            } else {
+                Outcome::Bad(Violation::NewBeforeRecord)
+            }
+        } else {
+            Outcome::Bad(Violation::Torn)
+        }
+    }
+
+    /// Every state one nondeterministic action away, and this state's executions, counted.
+    fn explore(&self, batch: &Batch, cpus: usize, report: &mut Report) -> Vec<State> {
+        let sites = self.sites();
+        let mut next = Vec::new();
+        for cpu in 0..cpus {
+            for site in 0..sites {
+                let outcome = self.execute(batch, cpu, site);
+                report.count(outcome);
+                if outcome == Outcome::Trapped {
+                    let mut s = self.clone();
+                    s.refresh_cpu(cpu);
+                    if s != *self {
+                        next.push(s);
+                    }
+                }
+                // A cache refill of any stale chunk.
+                let view = &self.views[cpu * sites + site];
+                for k in 0..batch.chunks() {
+                    let fresh = batch.chunk(&self.mem[site], k);
+                    if batch.chunk(view, k) != fresh {
+                        let mut s = self.clone();
+                        let v = &mut s.views[cpu * sites + site];
+                        match (batch.arch, k) {
+                            (Arch::X86, 0) => v[0] = fresh[0],
+                            (Arch::X86, _) => v[1..].copy_from_slice(&fresh),
+                            (Arch::Arm64, _) => *v = fresh,
+                        }
+                        next.push(s);
+                    }
+                }
+            }
+        }
+        match self.step(batch) {
+            Some(s) => next.push(s),
+            None => {
+                for (site, change) in batch.changes.iter().enumerate() {
+                    if self.mem[site] != change.new.as_slice() {
+                        report.violation(Violation::FinalText);
+                    }
+                }
+            }
+        }
+        next
+    }
+}
+
+/// Explores every interleaving of `batch` with `cpus` CPUs.
+pub fn exhaustive(batch: &Batch, cpus: usize) -> Report {
+    search(batch, cpus, None)
+}
+
+/// Explores interleavings of `batch` with `cpus` CPUs until violation `want` shows up.
+///
+/// For negative controls: the report says how many states it took to catch the protocol.
+pub fn until(batch: &Batch, cpus: usize, want: Violation) -> Report {
+    search(batch, cpus, Some(want))
+}
+
+fn search(batch: &Batch, cpus: usize, stop: Option<Violation>) -> Report {
+    let mut report = Report::default();
+    let mut seen = HashSet::new();
+    let mut stack = vec![State::initial(batch, cpus)];
+    while let Some(state) = stack.pop() {
+        if !seen.insert(state.clone()) {
+            continue;
+        }
+        report.states += 1;
+        for next in state.explore(batch, cpus, &mut report) {
+            if !seen.contains(&next) {
+                stack.push(next);
+            }
+        }
+        if stop.is_some_and(|v| report.found(v)) {
+            break;
+        }
+    }
+    report
+}
+
+/// Runs `walks` random interleavings of `batch` with `cpus` CPUs to the end of the plan.
+///
+/// `seed` makes runs reproducible (a small xorshift generator, so no dependency).
+pub fn random_walks(batch: &Batch, cpus: usize, walks: usize, seed: u64) -> Report {
+    let mut report = Report::default();
+    let mut rng = seed | 1;
+    let mut rand = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    for _ in 0..walks {
+        let mut state = State::initial(batch, cpus);
+        loop {
+            report.states += 1;
+            let next = state.explore(batch, cpus, &mut report);
+            let done = state.pc >= batch.steps.len();
+            if next.is_empty() || (done && rand(4) == 0) {
+                break;
+            }
+            // Favour the poker now and then so walks reach the end of the plan.
+            state = if !done && rand(3) == 0 {
+                next.last().cloned().unwrap_or(state)
+            } else {
+                next[rand(next.len())].clone()
+            };
+        }
+    }
+    report
+}
+
+/// A change from `old` to `new` bytes.
+pub fn change(old: &[u8], new: &[u8]) -> Change {
+    Change {
+        old: InsnBytes::new(old).expect("test instruction within MAX_INSN_LEN"),
+        new: InsnBytes::new(new).expect("test instruction within MAX_INSN_LEN"),
+    }
+}
