@@ -1,0 +1,421 @@
+//! From a console log and the way QEMU ended to a verdict, and from a verdict to whether a
+//! boot met its expectation.
+//!
+//! QEMU's exit status says little on its own: under `-no-reboot` a guest that reboots and a
+//! kernel that panics with `panic=-1` both make QEMU exit 0, so a boot passes only on what the
+//! console shows.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ktap::{self, Document, Status};
+use crate::splat::{self, Splat};
+use crate::MARKER;
+
+/// What a boot amounted to. The order of the variants is the order of precedence: the first
+/// that applies is the verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// QEMU was still running at the deadline and was killed.
+    Timeout,
+    /// QEMU exited with a non-zero status, died of a signal, or could not be started.
+    QemuExit,
+    /// The console shows a kernel problem: an oops, warning, lockdep report, stall...
+    Splat,
+    /// No KTAP document at all, or a required one is absent.
+    MissingKtap,
+    /// A test failed, or a document is malformed or truncated.
+    NotOk,
+    /// Everything present passed or was skipped, and nothing went wrong around it.
+    Pass,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Timeout => "timeout",
+            Self::QemuExit => "qemu-exit",
+            Self::Splat => "splat",
+            Self::MissingKtap => "missing-ktap",
+            Self::NotOk => "not-ok",
+            Self::Pass => "pass",
+        })
+    }
+}
+
+/// How the QEMU process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It exited by itself with this status.
+    Exited(i32),
+    /// It died of this signal, not sent by the runner.
+    Signalled(i32),
+    /// The runner killed it after this many seconds.
+    TimedOut(u64),
+    /// It could not be started.
+    SpawnFailed(String),
+    /// Not recorded (a log saved some other way): judged on the console alone.
+    Unknown,
+}
+
+impl Outcome {
+    /// The line the runner appends to a log to record this outcome; [`Outcome::from_log`] reads
+    /// it back so a saved log is judged as it was at boot time.
+    pub fn marker(&self) -> String {
+        match self {
+            Self::Exited(code) => format!("{MARKER}qemu exited with status {code}"),
+            Self::Signalled(sig) => format!("{MARKER}qemu killed by signal {sig}"),
+            Self::TimedOut(secs) => format!("{MARKER}timeout: killed qemu after {secs} s"),
+            Self::SpawnFailed(err) => format!("{MARKER}could not start qemu: {err}"),
+            Self::Unknown => format!("{MARKER}qemu outcome unknown"),
+        }
+    }
+
+    /// The outcome recorded by the last outcome marker in a log, or `Unknown`.
+    pub fn from_log(log: &str) -> Self {
+        log.lines()
+            .rev()
+            .filter_map(|l| l.trim_end().strip_prefix(MARKER))
+            .find_map(|m| {
+                fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
+                    s.split_whitespace().next()?.parse().ok()
+                }
+                if let Some(rest) = m.strip_prefix("qemu exited with status ") {
+                    number(rest).map(Self::Exited)
+                } else if let Some(rest) = m.strip_prefix("qemu killed by signal ") {
+                    number(rest).map(Self::Signalled)
+                } else if let Some(rest) = m.strip_prefix("timeout: killed qemu after ") {
+                    number(rest).map(Self::TimedOut)
+                } else {
+                    m.strip_prefix("could not start qemu: ")
+                        .map(|e| Self::SpawnFailed(e.to_owned()))
+                }
+            })
+            .unwrap_or(Self::Unknown)
+    }
+
+    /// The exit status, if QEMU exited by itself.
+    pub fn exit_status(&self) -> Option<i32> {
+        match self {
+            Self::Exited(code) => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Leaf-test counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Passing tests.
+    pub passed: usize,
+    /// Failing tests (including `not ok` parents whose subtests all passed).
+    pub failed: usize,
+    /// Skipped tests.
+    pub skipped: usize,
+}
+
+/// The analysis of one boot's console log.
+#[derive(Clone, Debug)]
+pub struct Judgement {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, for a person.
+    pub reason: String,
+    /// Every KTAP document in the log.
+    pub documents: Vec<Document>,
+    /// The first kernel problem on the console, if any.
+    pub splat: Option<Splat>,
+    /// Counts over all documents.
+    pub counts: Counts,
+    /// Paths of failing tests over all documents.
+    pub failing_tests: Vec<String>,
+}
+
+/// How many items of a list a reason quotes before it says "and N more".
+const QUOTE: usize = 5;
+
+fn quote_list(items: &[String]) -> String {
+    let mut s = items
+        .iter()
+        .take(QUOTE)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > QUOTE {
+        s.push_str(&format!(" and {} more", items.len() - QUOTE));
+    }
+    s
+}
+
+/// Judges a console log (as written by the runner, or any saved serial log).
+///
+/// `require_docs` names KTAP documents that must be present (see [`crate::ktap`] for how a
+/// document gets its name).
+pub fn judge(log: &str, outcome: &Outcome, require_docs: &[String]) -> Judgement {
+    let documents = ktap::parse(log);
+    let splat = splat::find(log);
+    let mut counts = Counts::default();
+    let mut failing_tests = Vec::new();
+    let mut problems = Vec::new();
+    for doc in &documents {
+        counts.passed += doc.passed();
+        counts.failed += doc.failed();
+        counts.skipped += doc.skipped();
+        failing_tests.extend(
+            doc.tests
+                .iter()
+                .filter(|t| t.status == Status::Fail)
+                .map(|t| t.path.clone()),
+        );
+        problems.extend(doc.problems.iter().map(|p| format!("{}: {p}", doc.label())));
+    }
+    let missing_docs: Vec<String> = require_docs
+        .iter()
+        .filter(|name| !documents.iter().any(|d| d.name.as_ref() == Some(*name)))
+        .cloned()
+        .collect();
+
+    let (verdict, reason) = if let Outcome::TimedOut(secs) = outcome {
+        (
+            Verdict::Timeout,
+            format!("timeout: qemu killed after {secs} s"),
+        )
+    } else if let Some(why) = match outcome {
+        Outcome::Exited(0) | Outcome::Unknown | Outcome::TimedOut(_) => None,
+        Outcome::Exited(code) => Some(format!("qemu exited with status {code}")),
+        Outcome::Signalled(sig) => Some(format!("qemu killed by signal {sig}")),
+        Outcome::SpawnFailed(err) => Some(format!("qemu could not be started: {err}")),
+    } {
+        (Verdict::QemuExit, why)
+    } else if let Some(s) = &splat {
+        (
+            Verdict::Splat,
+            format!("kernel splat at log line {}: {}", s.line, s.text),
+        )
+    } else if documents.is_empty() {
+        (
+            Verdict::MissingKtap,
+            "no KTAP document on the console".to_owned(),
+        )
+    } else if !missing_docs.is_empty() {
+        let found: Vec<String> = documents.iter().map(Document::label).collect();
+        (
+            Verdict::MissingKtap,
+            format!(
+                "required KTAP document(s) missing: {} (found: {})",
+                missing_docs.join(", "),
+                found.join(", ")
+            ),
+        )
+    } else if !failing_tests.is_empty() || !problems.is_empty() {
+        let mut parts = Vec::new();
+        if !failing_tests.is_empty() {
+            parts.push(format!(
+                "{} failed: {}",
+                failing_tests.len(),
+                quote_list(&failing_tests)
+            ));
+        }
+        if !problems.is_empty() {
+            parts.push(format!("KTAP problems: {}", quote_list(&problems)));
+        }
+        (Verdict::NotOk, parts.join("; "))
+    } else {
+        (
+            Verdict::Pass,
+            format!(
+                "{} passed, {} skipped in {} KTAP document(s)",
+                counts.passed,
+                counts.skipped,
+                documents.len()
+            ),
+        )
+    };
+    Judgement {
+        verdict,
+        reason,
+        documents,
+        splat,
+        counts,
+        failing_tests,
+    }
+}
+
+/// Whether a boot met its expectation: the verdict is `expected` and, if `expect_log` is
+/// given, some console line contains it (the runner's own annotations do not count, since
+/// they quote the command line). Returns the answer and a reason for a person.
+pub fn check(
+    judgement: &Judgement,
+    log: &str,
+    expected: Verdict,
+    expect_log: Option<&str>,
+) -> (bool, String) {
+    let got = judgement.verdict;
+    if got != expected {
+        return (
+            false,
+            format!("expected {expected}, got {got}: {}", judgement.reason),
+        );
+    }
+    if let Some(needle) = expect_log {
+        let found = log
+            .lines()
+            .filter(|l| !l.starts_with(MARKER))
+            .any(|l| l.contains(needle));
+        if !found {
+            return (
+                false,
+                format!("{got} as expected, but the console never printed `{needle}`"),
+            );
+        }
+    }
+    if expected == Verdict::Pass {
+        (true, judgement.reason.clone())
+    } else {
+        (true, format!("{got} as expected: {}", judgement.reason))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSING: &str = "\
+[    0.000000] Linux version 6.12.0
+[    1.000000] KTAP version 1
+[    1.000001] 1..2
+[    1.000002] # textpoke_selftest
+[    1.000003] ok 1 a
+[    1.000004] ok 2 b # SKIP no arm64
+[    2.000000] reboot: Restarting system
+";
+
+    fn verdict(log: &str, outcome: Outcome) -> Verdict {
+        judge(log, &outcome, &[]).verdict
+    }
+
+    #[test]
+    fn pass() {
+        let j = judge(
+            PASSING,
+            &Outcome::Exited(0),
+            &["textpoke_selftest".to_owned()],
+        );
+        assert_eq!(j.verdict, Verdict::Pass, "{}", j.reason);
+        assert_eq!(
+            j.counts,
+            Counts {
+                passed: 1,
+                failed: 0,
+                skipped: 1
+            }
+        );
+        assert!(j.failing_tests.is_empty());
+        assert_eq!(j.reason, "1 passed, 1 skipped in 1 KTAP document(s)");
+        assert!(check(&j, PASSING, Verdict::Pass, None).0);
+        assert!(check(&j, PASSING, Verdict::Pass, Some("Restarting")).0);
+        let (ok, why) = check(&j, PASSING, Verdict::Pass, Some("nope"));
+        assert!(!ok);
+        assert!(why.contains("never printed `nope`"), "{why}");
+        let (ok, why) = check(&j, PASSING, Verdict::NotOk, None);
+        assert!(!ok);
+        assert!(why.starts_with("expected not-ok, got pass"), "{why}");
+    }
+
+    #[test]
+    fn precedence() {
+        let splat = format!("{PASSING}[    3.0] WARNING: CPU: 0 PID: 1 at x.c:1\n");
+        assert_eq!(verdict(&splat, Outcome::TimedOut(900)), Verdict::Timeout);
+        assert_eq!(verdict(&splat, Outcome::Exited(1)), Verdict::QemuExit);
+        assert_eq!(verdict(&splat, Outcome::Signalled(9)), Verdict::QemuExit);
+        assert_eq!(
+            verdict(&splat, Outcome::SpawnFailed("no such file".into())),
+            Verdict::QemuExit
+        );
+        assert_eq!(verdict(&splat, Outcome::Exited(0)), Verdict::Splat);
+        assert_eq!(verdict(&splat, Outcome::Unknown), Verdict::Splat);
+        assert_eq!(verdict(PASSING, Outcome::Unknown), Verdict::Pass);
+    }
+
+    #[test]
+    fn splat_reason_names_the_line() {
+        let log =
+            format!("{PASSING}[    3.0] BUG: sleeping function called from invalid context\n");
+        let j = judge(&log, &Outcome::Exited(0), &[]);
+        assert_eq!(j.verdict, Verdict::Splat);
+        assert_eq!(
+            j.reason,
+            "kernel splat at log line 8: BUG: sleeping function called from invalid context"
+        );
+        assert!(check(&j, &log, Verdict::Splat, Some("sleeping function")).0);
+    }
+
+    #[test]
+    fn missing_ktap() {
+        let j = judge(
+            "Linux version 6.12\nreboot: Restarting\n",
+            &Outcome::Exited(0),
+            &[],
+        );
+        assert_eq!(j.verdict, Verdict::MissingKtap);
+        let j = judge(PASSING, &Outcome::Exited(0), &["textpoke_agent".to_owned()]);
+        assert_eq!(j.verdict, Verdict::MissingKtap);
+        assert!(j.reason.contains("textpoke_agent"), "{}", j.reason);
+        assert!(
+            j.reason.contains("found: textpoke_selftest"),
+            "{}",
+            j.reason
+        );
+    }
+
+    #[test]
+    fn not_ok_lists_failures_and_problems() {
+        let log = "KTAP version 1\n1..3\n# agent\nok 1 a\nnot ok 2 b\n";
+        let j = judge(log, &Outcome::Exited(0), &[]);
+        assert_eq!(j.verdict, Verdict::NotOk);
+        assert_eq!(j.failing_tests, ["agent/b"]);
+        assert_eq!(
+            j.counts,
+            Counts {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert!(
+            j.reason
+                .starts_with("1 failed: agent/b; KTAP problems: agent: line 5: document planned 3"),
+            "{}",
+            j.reason
+        );
+
+        // Truncation alone, with nothing failing, is still not ok.
+        let j = judge("KTAP version 1\n1..2\nok 1 a\n", &Outcome::Exited(0), &[]);
+        assert_eq!(j.verdict, Verdict::NotOk);
+        assert!(j.failing_tests.is_empty());
+    }
+
+    #[test]
+    fn outcome_markers_round_trip() {
+        for o in [
+            Outcome::Exited(0),
+            Outcome::Exited(3),
+            Outcome::Signalled(9),
+            Outcome::TimedOut(900),
+            Outcome::SpawnFailed("No such file or directory (os error 2)".into()),
+        ] {
+            let log = format!("{MARKER}command: qemu\nboot\n{}\n", o.marker());
+            assert_eq!(Outcome::from_log(&log), o);
+        }
+        assert_eq!(Outcome::from_log("plain serial log\n"), Outcome::Unknown);
+    }
+
+    #[test]
+    fn expect_log_ignores_runner_annotations() {
+        let log = format!("{MARKER}command: qemu -append needle\n{PASSING}");
+        let j = judge(&log, &Outcome::Exited(0), &[]);
+        assert!(!check(&j, &log, Verdict::Pass, Some("needle")).0);
+    }
+}

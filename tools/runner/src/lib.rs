@@ -1,0 +1,15 @@
+//! Host side of textpoke's guest tests: boots guest kernels under QEMU, parses the KTAP
+//! results they print on the serial console, looks for kernel splats, and turns all that into
+//! a verdict per boot and a summary over many.
+//!
+//! The binary `textpoke-runner` is a thin command-line layer over these modules.
+
+pub mod judge;
+pub mod ktap;
+pub mod qemu;
+pub mod report;
+pub mod splat;
+
+/// Prefix of the lines the runner itself writes into a console log (the command line, QEMU's
+/// stderr, how QEMU ended). Analysis skips them, so they can quote anything.
+pub const MARKER: &str = "[textpoke-runner] ";
