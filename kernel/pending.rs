@@ -72,7 +72,7 @@ pub trait Pending: Copy {
     /// Address of the site's first byte: the address a guard traps at.
     fn addr(&self) -> u64;
     /// Length of the site in bytes (at least 1).
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
 }
 
 /// Why a batch cannot be published.
@@ -199,8 +199,8 @@ fn validate<E: Pending>(entries: &[E]) -> Result<(), PublishError> {
     for e in entries {
         let end = e
             .addr()
-            .checked_add(e.len())
-            .filter(|_| e.len() > 0)
+            .checked_add(e.size())
+            .filter(|_| e.size() > 0)
             .ok_or(PublishError::Overlap)?;
         match prev_addr.map(|p| p.cmp(&e.addr())) {
             Some(Cmp::Equal) => return Err(PublishError::Duplicate),
@@ -220,8 +220,8 @@ fn validate<E: Pending>(entries: &[E]) -> Result<(), PublishError> {
 fn overlaps<E: Pending>(a: &[E], b: &[E]) -> bool {
     let (mut i, mut j) = (a.iter().peekable(), b.iter().peekable());
     while let (Some(x), Some(y)) = (i.peek(), j.peek()) {
-        let x_end = x.addr().saturating_add(x.len());
-        let y_end = y.addr().saturating_add(y.len());
+        let x_end = x.addr().saturating_add(x.size());
+        let y_end = y.addr().saturating_add(y.size());
         if x.addr() < y_end && y.addr() < x_end {
             return true;
         }
@@ -304,7 +304,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         validate(entries)?;
         let (index, slot) = self.claim()?;
         let (lo, hi) = match (entries.first(), entries.last()) {
-            (Some(first), Some(last)) => (first.addr(), last.addr().saturating_add(last.len())),
+            (Some(first), Some(last)) => (first.addr(), last.addr().saturating_add(last.size())),
             _ => return Err(PublishError::Empty),
         };
         slot.entries

@@ -31,6 +31,10 @@
 //! instructions, or identical tails), the last one when no head was written (the new instruction
 //! is itself `INT3`). A change whose old and new instruction are equal is not a change: it gets
 //! no guard, no record and no write.
+//!
+//! [`Protocol`] also describes deliberately broken protocols. They are negative controls: the
+//! host model must catch each of them, and the kernel module runs them only when its debug
+//! parameter asks for it, to show that the guest's ordering checker catches them too.
 
 #![deny(
     clippy::arithmetic_side_effects,
@@ -69,6 +73,22 @@ impl Change {
     }
 }
 
+/// Which protocol a plan follows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocol {
+    /// The guarded protocol described in the module documentation.
+    Guarded,
+    /// Broken on purpose: every record is emitted before the sync that makes the guards visible,
+    /// so a CPU with a stale view can still execute the old instruction after the record.
+    RecordBeforeGuardSync,
+    /// Broken on purpose (x86): no sync between the tails and the first bytes, so a CPU can see
+    /// a new first byte with a stale tail.
+    HeadBeforeTailSync,
+    /// Broken on purpose: upstream arm64's "nosync" patching plus a record. Each site gets its
+    /// whole new instruction written directly, then its record; one sync at the end.
+    UnguardedNosync,
+}
+
 /// One step of a plan; `usize` fields index the batch's changes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Step {
@@ -84,6 +104,9 @@ pub enum Step {
     Emit(usize),
     /// Replace the guard with the new instruction (x86: its first byte; arm64: all of it).
     WriteHead(usize),
+    /// Write the whole new instruction over the old one, unguarded (only
+    /// [`Protocol::UnguardedNosync`] does this).
+    WriteWhole(usize),
     /// Remove the batch from the pending-instruction table.
     Retire,
 }
@@ -91,6 +114,7 @@ pub enum Step {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
     Publish,
+    Unguarded,
     Guards,
     GuardSync,
     TailsAndRecords,
@@ -105,6 +129,7 @@ enum Phase {
 #[derive(Clone, Debug)]
 pub struct Plan<'a> {
     arch: Arch,
+    protocol: Protocol,
     changes: &'a [Change],
     phase: Phase,
     /// Next change to consider in the current phase.
@@ -117,10 +142,16 @@ pub struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    /// Plans the batch `changes` for `arch`.
+    /// Plans the batch `changes` for `arch` with the guarded protocol.
     pub fn new(arch: Arch, changes: &'a [Change]) -> Self {
+        Self::with_protocol(arch, Protocol::Guarded, changes)
+    }
+
+    /// Plans the batch `changes` for `arch` with `protocol`.
+    pub fn with_protocol(arch: Arch, protocol: Protocol, changes: &'a [Change]) -> Self {
         Self {
             arch,
+            protocol,
             changes,
             phase: Phase::Publish,
             next: 0,
@@ -169,12 +200,29 @@ impl Iterator for Plan<'_> {
         loop {
             match self.phase {
                 Phase::Publish => {
-                    self.enter(Phase::Guards);
+                    self.enter(match self.protocol {
+                        Protocol::UnguardedNosync => Phase::Unguarded,
+                        _ => Phase::Guards,
+                    });
                     if self.changes.iter().all(Change::is_noop) {
                         self.phase = Phase::Done;
                         return None;
                     }
                     return Some(Step::Publish);
+                }
+                Phase::Unguarded => {
+                    if self.record_due {
+                        self.record_due = false;
+                        return Some(Step::Emit(self.next.saturating_sub(1)));
+                    }
+                    match self.next_change() {
+                        Some((i, _)) => {
+                            self.wrote_head = true;
+                            self.record_due = true;
+                            return Some(Step::WriteWhole(i));
+                        }
+                        None => self.enter(Phase::HeadSync),
+                    }
                 }
                 Phase::Guards => match self.next_change() {
                     Some((i, _)) => {
@@ -184,6 +232,12 @@ impl Iterator for Plan<'_> {
                     None => self.enter(Phase::GuardSync),
                 },
                 Phase::GuardSync => {
+                    if self.protocol == Protocol::RecordBeforeGuardSync {
+                        // The broken order: every record, then the sync.
+                        if let Some((i, _)) = self.next_change() {
+                            return Some(Step::Emit(i));
+                        }
+                    }
                     self.enter(Phase::TailsAndRecords);
                     if self.wrote_guard {
                         return Some(Step::Sync);
@@ -197,19 +251,22 @@ impl Iterator for Plan<'_> {
                     }
                     match self.next_change() {
                         Some((i, change)) => {
+                            let record = self.protocol != Protocol::RecordBeforeGuardSync;
                             if self.arch == Arch::X86 && Self::tail_changes(change) {
                                 self.wrote_tail = true;
-                                self.record_due = true;
+                                self.record_due = record;
                                 return Some(Step::WriteTail(i));
                             }
-                            return Some(Step::Emit(i));
+                            if record {
+                                return Some(Step::Emit(i));
+                            }
                         }
                         None => self.enter(Phase::TailSync),
                     }
                 }
                 Phase::TailSync => {
                     self.enter(Phase::Heads);
-                    if self.wrote_tail {
+                    if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {
                         return Some(Step::Sync);
                     }
                 }
@@ -255,9 +312,10 @@ impl Cost {
         plan.fold(Self::default(), |mut cost, step| {
             match step {
                 Step::Sync => cost.syncs = cost.syncs.saturating_add(1),
-                Step::WriteGuard(_) | Step::WriteTail(_) | Step::WriteHead(_) => {
-                    cost.writes = cost.writes.saturating_add(1)
-                }
+                Step::WriteGuard(_)
+                | Step::WriteTail(_)
+                | Step::WriteHead(_)
+                | Step::WriteWhole(_) => cost.writes = cost.writes.saturating_add(1),
                 Step::Emit(_) => cost.records = cost.records.saturating_add(1),
                 Step::Publish | Step::Retire => {}
             }

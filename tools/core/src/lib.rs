@@ -22,5 +22,7 @@ pub mod plan;
 #[path = "../../../kernel/record.rs"]
 pub mod record;
 
+#[path = "../../../kernel/atomic.rs"]
 pub mod atomic;
+
 pub mod model;

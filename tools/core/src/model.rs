@@ -31,24 +31,19 @@
 //! and hardware behaviour beyond "a view is some past value of memory until synchronized".
 
 use crate::insn::InsnBytes;
-use crate::plan::{Arch, Change, Plan, Step, X86_GUARD};
+use crate::plan::{self, Arch, Change, Plan, Step, X86_GUARD};
 use std::collections::HashSet;
 
 /// arm64 `BRK #0x008` (the guard immediate our kernel patch reserves), little-endian.
 pub const ARM64_GUARD: [u8; 4] = 0xd420_0100u32.to_le_bytes();
 
-/// The protocol the poker follows.
+/// The protocol the poker follows: one of the planner's protocols, or the guarded plan with
+/// the table of the 2019 arm64 prototype.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Protocol {
-    /// The engine's plan, exactly as `kernel/plan.rs` produces it.
-    Guarded,
-    /// Negative control: upstream arm64 jump labels. Each new instruction is written directly
-    /// ("nosync"), with a record emitted right after it, and one sync at the end.
-    UnguardedNosync,
-    /// Negative control: the records are emitted before the sync that publishes the guards.
-    EventBeforeGuardSync,
-    /// Negative control (x86): the first bytes are written without the sync after the tails.
-    HeadBeforeTailSync,
+    /// The engine's plan, exactly as `kernel/plan.rs` produces it for `protocol`: the guarded
+    /// one, or one of its deliberately broken variants (negative controls).
+    Plan(plan::Protocol),
     /// Negative control: the guarded plan with a table of one (address, instruction) slot,
     /// overwritten per site, as in the 2019 arm64 prototype.
     SingleSlotTable,
@@ -123,80 +118,23 @@ impl Report {
     }
 }
 
-/// A poker step: a plan step, or a direct write of the whole new instruction.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum ModelStep {
-    Plan(Step),
-    WriteWhole(usize),
-}
-
 /// The batch under test.
 #[derive(Clone, Debug)]
 pub struct Batch {
     arch: Arch,
     changes: Vec<Change>,
-    steps: Vec<ModelStep>,
+    steps: Vec<Step>,
     protocol: Protocol,
 }
 
 impl Batch {
     /// The steps `protocol` takes to apply `changes` on `arch`.
     pub fn new(arch: Arch, protocol: Protocol, changes: Vec<Change>) -> Self {
-        let plan: Vec<Step> = Plan::new(arch, &changes).collect();
-        let steps = match protocol {
-            Protocol::Guarded | Protocol::SingleSlotTable => {
-                plan.into_iter().map(ModelStep::Plan).collect()
-            }
-            Protocol::UnguardedNosync => {
-                let mut steps = Vec::new();
-                for i in 0..changes.len() {
-                    steps.push(ModelStep::WriteWhole(i));
-                    steps.push(ModelStep::Plan(Step::Emit(i)));
-                }
-                steps.push(ModelStep::Plan(Step::Sync));
-                steps
-            }
-            Protocol::EventBeforeGuardSync => {
-                // Hoist every record to just before the first sync.
-                let first_sync = plan.iter().position(|s| *s == Step::Sync).unwrap_or(0);
-                let mut steps: Vec<ModelStep> = plan[..first_sync]
-                    .iter()
-                    .copied()
-                    .map(ModelStep::Plan)
-                    .collect();
-                steps.extend(
-                    plan.iter()
-                        .filter(|s| matches!(s, Step::Emit(_)))
-                        .copied()
-                        .map(ModelStep::Plan),
-                );
-                steps.extend(
-                    plan[first_sync..]
-                        .iter()
-                        .filter(|s| !matches!(s, Step::Emit(_)))
-                        .copied()
-                        .map(ModelStep::Plan),
-                );
-                steps
-            }
-            Protocol::HeadBeforeTailSync => {
-                // Drop the sync that separates the last tail write from the first head write.
-                let mut steps: Vec<ModelStep> = Vec::new();
-                let mut tail_seen = false;
-                for s in plan {
-                    match s {
-                        Step::WriteTail(_) => tail_seen = true,
-                        Step::Sync if tail_seen => {
-                            tail_seen = false;
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    steps.push(ModelStep::Plan(s));
-                }
-                steps
-            }
+        let plan_protocol = match protocol {
+            Protocol::Plan(p) => p,
+            Protocol::SingleSlotTable => plan::Protocol::Guarded,
         };
+        let steps = Plan::with_protocol(arch, plan_protocol, &changes).collect();
         Self {
             arch,
             changes,
@@ -299,12 +237,12 @@ impl State {
         let mut next = self.clone();
         next.pc += 1;
         match step {
-            ModelStep::Plan(Step::Publish) => next.published = true,
-            ModelStep::Plan(Step::Retire) => {
+            Step::Publish => next.published = true,
+            Step::Retire => {
                 next.published = false;
                 next.slot = None;
             }
-            ModelStep::Plan(Step::WriteGuard(i)) => {
+            Step::WriteGuard(i) => {
                 if batch.protocol == Protocol::SingleSlotTable {
                     next.slot = Some(i);
                 }
@@ -314,17 +252,17 @@ impl State {
                     Arch::Arm64 => next.mem[i] = guard,
                 }
             }
-            ModelStep::Plan(Step::Sync) => next.sync_all(),
-            ModelStep::Plan(Step::WriteTail(i)) => {
+            Step::Sync => next.sync_all(),
+            Step::WriteTail(i) => {
                 let tail = batch.changes[i].new.tail().to_vec();
                 next.mem[i][1..].copy_from_slice(&tail);
             }
-            ModelStep::Plan(Step::Emit(i)) => next.recorded[i] = true,
-            ModelStep::Plan(Step::WriteHead(i)) => match batch.arch {
+            Step::Emit(i) => next.recorded[i] = true,
+            Step::WriteHead(i) => match batch.arch {
                 Arch::X86 => next.mem[i][0] = batch.changes[i].new.head(),
                 Arch::Arm64 => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
             },
-            ModelStep::WriteWhole(i) => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
+            Step::WriteWhole(i) => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
         }
         Some(next)
     }
@@ -338,7 +276,7 @@ impl State {
             // any other site is not recognized.
             let resolved = match batch.protocol {
                 Protocol::SingleSlotTable => self.slot == Some(site),
-                _ => self.published,
+                Protocol::Plan(_) => self.published,
             };
             return if resolved {
                 Outcome::Trapped

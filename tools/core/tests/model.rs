@@ -4,7 +4,9 @@
 use textpoke_core::model::{
     change, exhaustive, random_walks, until, Batch, Protocol, Report, Violation,
 };
-use textpoke_core::plan::{Arch, Change};
+use textpoke_core::plan::{self, Arch, Change};
+
+const GUARDED: Protocol = Protocol::Plan(plan::Protocol::Guarded);
 
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 const NOP2: [u8; 2] = [0x66, 0x90];
@@ -47,7 +49,7 @@ fn show(name: &str, r: &Report) {
 
 #[test]
 fn guarded_x86_is_clean_exhaustively_3_cpus_3_sites() {
-    let r = exhaustive(&Batch::new(Arch::X86, Protocol::Guarded, x86_sites(3)), 3);
+    let r = exhaustive(&Batch::new(Arch::X86, GUARDED, x86_sites(3)), 3);
     show("x86 guarded 3x3", &r);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.old > 0 && r.new > 0 && r.trapped > 0);
@@ -55,7 +57,7 @@ fn guarded_x86_is_clean_exhaustively_3_cpus_3_sites() {
 
 #[test]
 fn guarded_arm64_is_clean_exhaustively_3_cpus_4_sites() {
-    let r = exhaustive(&Batch::new(Arch::Arm64, Protocol::Guarded, arm64_sites(4)), 3);
+    let r = exhaustive(&Batch::new(Arch::Arm64, GUARDED, arm64_sites(4)), 3);
     show("arm64 guarded 3x4", &r);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.old > 0 && r.new > 0 && r.trapped > 0);
@@ -64,7 +66,7 @@ fn guarded_arm64_is_clean_exhaustively_3_cpus_4_sites() {
 #[test]
 fn guarded_is_clean_on_random_walks_8_cpus_16_sites() {
     for (arch, sites) in [(Arch::X86, x86_sites(16)), (Arch::Arm64, arm64_sites(16))] {
-        let r = random_walks(&Batch::new(arch, Protocol::Guarded, sites), 8, 300, 0x5eed);
+        let r = random_walks(&Batch::new(arch, GUARDED, sites), 8, 300, 0x5eed);
         show(&format!("{arch:?} guarded random 8x16"), &r);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert!(r.trapped > 0);
@@ -80,20 +82,20 @@ fn caught(arch: Arch, protocol: Protocol, sites: Vec<Change>, want: Violation) {
 
 #[test]
 fn control_unguarded_nosync_is_caught() {
-    caught(Arch::Arm64, Protocol::UnguardedNosync, arm64_sites(3), Violation::NewBeforeRecord);
-    caught(Arch::Arm64, Protocol::UnguardedNosync, arm64_sites(3), Violation::OldAfterRecord);
-    caught(Arch::X86, Protocol::UnguardedNosync, x86_sites(2), Violation::Torn);
+    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::UnguardedNosync), arm64_sites(3), Violation::NewBeforeRecord);
+    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::UnguardedNosync), arm64_sites(3), Violation::OldAfterRecord);
+    caught(Arch::X86, Protocol::Plan(plan::Protocol::UnguardedNosync), x86_sites(2), Violation::Torn);
 }
 
 #[test]
 fn control_record_before_guard_sync_is_caught() {
-    caught(Arch::X86, Protocol::EventBeforeGuardSync, x86_sites(3), Violation::OldAfterRecord);
-    caught(Arch::Arm64, Protocol::EventBeforeGuardSync, arm64_sites(3), Violation::OldAfterRecord);
+    caught(Arch::X86, Protocol::Plan(plan::Protocol::RecordBeforeGuardSync), x86_sites(3), Violation::OldAfterRecord);
+    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::RecordBeforeGuardSync), arm64_sites(3), Violation::OldAfterRecord);
 }
 
 #[test]
 fn control_head_before_tail_sync_is_caught() {
-    caught(Arch::X86, Protocol::HeadBeforeTailSync, x86_sites(3), Violation::Torn);
+    caught(Arch::X86, Protocol::Plan(plan::Protocol::HeadBeforeTailSync), x86_sites(3), Violation::Torn);
 }
 
 #[test]

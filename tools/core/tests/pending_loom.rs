@@ -23,7 +23,7 @@ impl Pending for Entry {
     fn addr(&self) -> u64 {
         self.addr
     }
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         4
     }
 }

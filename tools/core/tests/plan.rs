@@ -139,3 +139,49 @@ fn every_site_gets_exactly_one_record_between_guard_sync_and_head() {
         }
     }
 }
+
+#[test]
+fn broken_protocols_have_the_documented_shape() {
+    use textpoke_core::plan::Protocol;
+    let changes = [change(&NOP5, &JMP32), change(&JMP32, &NOP5)];
+    let p = |protocol| Plan::with_protocol(Arch::X86, protocol, &changes).collect::<Vec<_>>();
+    assert_eq!(
+        p(Protocol::RecordBeforeGuardSync),
+        [
+            Publish,
+            WriteGuard(0),
+            WriteGuard(1),
+            Emit(0),
+            Emit(1),
+            Sync,
+            WriteTail(0),
+            WriteTail(1),
+            Sync,
+            WriteHead(0),
+            WriteHead(1),
+            Sync,
+            Retire
+        ]
+    );
+    assert_eq!(
+        p(Protocol::HeadBeforeTailSync),
+        [
+            Publish,
+            WriteGuard(0),
+            WriteGuard(1),
+            Sync,
+            WriteTail(0),
+            Emit(0),
+            WriteTail(1),
+            Emit(1),
+            WriteHead(0),
+            WriteHead(1),
+            Sync,
+            Retire
+        ]
+    );
+    assert_eq!(
+        p(Protocol::UnguardedNosync),
+        [Publish, WriteWhole(0), Emit(0), WriteWhole(1), Emit(1), Sync, Retire]
+    );
+}

@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! The atomics the shared files use: `core`'s, or loom's when model checking (`--cfg loom`).
 //!
-//! The kernel crate defines a module of the same name re-exporting `core::sync::atomic`, so the
-//! shared files write `crate::atomic::AtomicUsize` and compile unchanged in both places.
+//! Both the kernel crate and the host crate `textpoke-core` include this file as
+//! `crate::atomic`, so the other shared files compile unchanged in both places and the loom
+//! tests check exactly the code the kernel runs. The kernel never sets `loom`.
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};

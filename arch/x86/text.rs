@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Writing x86 text and making every CPU's instruction stream see it.
+
+use crate::cpu;
+use crate::series::{Series, TextMutexGuard};
+use kernel::{ffi::c_void, prelude::*};
+
+/// Writes `bytes` at `addr` with `text_poke()`: through a private mm, never a writable alias.
+///
+/// Holding `text_mutex` (the guard) is what `text_poke()` asserts, and serializes with every
+/// in-kernel poker. x86 writes cannot fail once the site is validated module text.
+pub(crate) fn write(series: &Series, _held: &TextMutexGuard<'_>, addr: u64, bytes: &[u8]) -> Result {
+    // SAFETY: `addr` is a registered site (inside a live module's text, validated at
+    // registration, pinned by the batch), `bytes` is valid for `len` bytes, and `text_mutex`
+    // is held as `text_poke()` requires.
+    unsafe {
+        (series.text_poke)(
+            addr as usize as *mut c_void,
+            bytes.as_ptr().cast::<c_void>(),
+            bytes.len(),
+        )
+    };
+    Ok(())
+}
+
+extern "C" {
+    fn textpoke_helper_sync_core();
+}
+
+unsafe extern "C" fn do_sync_core(_info: *mut c_void) {
+    // SAFETY: `sync_core()` only serializes this CPU's instruction stream.
+    unsafe { textpoke_helper_sync_core() };
+}
+
+/// Serializes every online CPU (an IPI running `sync_core()`), and waits for all of them.
+///
+/// Afterwards no CPU executes anything it fetched before the call, and none is still inside a
+/// trap handler entered before it: handlers run with interrupts off, so the IPI waits for them.
+/// This is `text_poke_sync()`, which 6.12 does not export.
+pub(crate) fn sync_all() {
+    // SAFETY: `do_sync_core` is safe in interrupt context and takes no data; the batch path runs
+    // in process context with interrupts enabled.
+    unsafe { cpu::on_each_cpu(do_sync_core, core::ptr::null_mut()) };
+}

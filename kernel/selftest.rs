@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The load-time self-test, reported as a KTAP document named `textpoke_selftest`.
+//!
+//! It checks what can be checked without another module's sites: the patch series, the plan,
+//! the pending table, the record codec, the all-CPU sync, and the whole trap path on a site of
+//! textpoke's own (guard written, CPU traps, handler emulates the new instruction, guard
+//! removed). Batches on real sites are exercised by the samples, driven from the guest agent.
+
+use crate::arch::{self, selftest_site};
+use crate::cpu::{self, NoPreempt};
+use crate::engine::{Engine, PendingInsn};
+use crate::ktap::Ktap;
+use crate::plan::{Change, Cost, Plan};
+use crate::poke_log::LAYOUT;
+use crate::record::{self, Record, SampleId};
+
+/// Runs every test; `true` if all passed.
+pub(crate) fn run(engine: &Engine) -> bool {
+    let mut t = Ktap::start("textpoke_selftest", 6);
+    // Reaching this point means `Series::resolve` found every export.
+    t.result("patch_series_resolved", Ok(()));
+    t.result("plan_cost_matches_protocol", plan_cost());
+    t.result("pending_table_publish_lookup_retire", pending_table(engine));
+    t.result("record_codec_round_trip", record_round_trip());
+    arch::sync_all();
+    t.result("all_cpu_sync_returns", Ok(()));
+    t.result("trap_emulates_pending_instruction", trap(engine));
+    t.finish()
+}
+
+fn change() -> Result<(Change, arch::Insn), &'static str> {
+    let site = selftest_site::site();
+    let new = selftest_site::new();
+    let old = selftest_site::OLD.encode(site).map_err(|e| e.as_str())?;
+    let new_bytes = new.encode(site).map_err(|e| e.as_str())?;
+    Ok((Change { old, new: new_bytes }, new))
+}
+
+fn plan_cost() -> Result<(), &'static str> {
+    let (c, _) = change()?;
+    let cost = Cost::of(Plan::new(arch::PLAN_ARCH, &[c, c]));
+    // x86: guards, tails, first bytes; arm64: guards, instructions.
+    let syncs = match arch::PLAN_ARCH {
+        crate::plan::Arch::X86 => 3,
+        crate::plan::Arch::Arm64 => 2,
+    };
+    if cost.syncs != syncs || cost.records != 2 {
+        return Err("unexpected sync or record count");
+    }
+    Ok(())
+}
+
+fn pending_table(engine: &Engine) -> Result<(), &'static str> {
+    // Addresses no CPU executes: only the table's bookkeeping is under test.
+    let (_, insn) = change()?;
+    let entries = [
+        PendingInsn { addr: 0x1000, len: 4, insn },
+        PendingInsn { addr: 0x2000, len: 4, insn },
+    ];
+    let found = engine
+        .table
+        .with_published(&entries, cpu::cond_resched, || {
+            let _pinned = NoPreempt::new();
+            let c = cpu::current();
+            (
+                engine.table.lookup(c, 0x2000).map(|p| p.addr),
+                engine.table.lookup(c, 0x2001).is_none(),
+            )
+        })
+        .map_err(|_| "publish refused")?;
+    if found != (Some(0x2000), true) {
+        return Err("lookup while published");
+    }
+    if engine.table.lookup(0, 0x2000).is_some() {
+        return Err("still found after retire");
+    }
+    Ok(())
+}
+
+fn record_round_trip() -> Result<(), &'static str> {
+    let (c, _) = change()?;
+    let sample = SampleId {
+        time: Some(42),
+        ..SampleId::default()
+    };
+    let mut buf = [0u8; 128];
+    let site = selftest_site::site();
+    let n = record::write_text_poke(
+        &mut buf,
+        record::PERF_RECORD_MISC_KERNEL,
+        site,
+        c.old.as_slice(),
+        c.new.as_slice(),
+        &sample,
+        LAYOUT,
+    )
+    .map_err(|e| e.as_str())?;
+    let (parsed, used) = record::parse_record(buf.get(..n).unwrap_or(&[]), LAYOUT).map_err(|e| e.as_str())?;
+    match parsed {
+        Record::TextPoke(p)
+            if used == n && p.addr == site && p.old == c.old.as_slice() && p.new == c.new.as_slice() =>
+        {
+            Ok(())
+        }
+        _ => Err("parsed record differs"),
+    }
+}
+
+/// Guards the self-test site, executes it (it must trap and behave as the new instruction),
+/// then puts the old instruction back.
+fn trap(engine: &Engine) -> Result<(), &'static str> {
+    let (c, insn) = change()?;
+    let site = selftest_site::site();
+    if selftest_site::call() != 0 {
+        return Err("site did not hold its original instruction");
+    }
+    let len = u8::try_from(c.new.len()).map_err(|_| "length")?;
+    let entries = [PendingInsn { addr: site, len, insn }];
+    let write = |bytes: &[u8]| {
+        let held = engine.series.lock_text();
+        arch::write(&engine.series, &held, site, bytes).map_err(|_| "write failed")
+    };
+    let outcome = engine
+        .table
+        .with_published(&entries, cpu::cond_resched, || -> Result<(u32, u64), &'static str> {
+            write(arch::GUARD)?;
+            arch::sync_all();
+            let observed = {
+                let _pinned = NoPreempt::new();
+                let c = cpu::current();
+                let before = engine.stats.cpu_traps(c);
+                let path = selftest_site::call();
+                (path, engine.stats.cpu_traps(c).wrapping_sub(before))
+            };
+            // Back to the original: the guard covers exactly the old head.
+            write(c.old.as_slice().get(..arch::HEAD_LEN).unwrap_or(&[]))?;
+            arch::sync_all();
+            Ok(observed)
+        })
+        .map_err(|_| "publish refused")??;
+    match outcome {
+        (1, 1) if selftest_site::call() == 0 => Ok(()),
+        (1, 1) => Err("original instruction not restored"),
+        (1, _) => Err("took the new path without a counted trap"),
+        _ => Err("trap did not emulate the new instruction"),
+    }
+}

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Counters: traps per CPU and instruction kind (written from trap context, each CPU in its own
+//! cache line), and batch totals.
+
+use crate::arch::Kind;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::prelude::*;
+
+/// Number of instruction kinds of this arch's codec.
+const KINDS: usize = Kind::ALL.len();
+
+/// One CPU's trap counters.
+#[repr(align(64))]
+struct CpuTraps {
+    total: AtomicU64,
+    by_kind: [AtomicU64; KINDS],
+}
+
+/// Totals over all batches.
+#[derive(Default)]
+pub(crate) struct BatchTotals {
+    /// Batches committed successfully.
+    pub(crate) batches: AtomicU64,
+    /// Sites changed.
+    pub(crate) sites: AtomicU64,
+    /// All-CPU syncs.
+    pub(crate) syncs: AtomicU64,
+    /// `PERF_RECORD_TEXT_POKE` records emitted.
+    pub(crate) records: AtomicU64,
+    /// Batches that failed after starting to write.
+    pub(crate) failed: AtomicU64,
+}
+
+/// All counters.
+pub(crate) struct Stats {
+    cpus: KVec<CpuTraps>,
+    /// Batch totals.
+    pub(crate) totals: BatchTotals,
+}
+
+impl Stats {
+    /// Zeroed counters for `cpus` possible CPUs.
+    pub(crate) fn new(cpus: usize) -> Result<Self> {
+        let mut v = KVec::with_capacity(cpus, GFP_KERNEL)?;
+        for _ in 0..cpus {
+            v.push(
+                CpuTraps {
+                    total: AtomicU64::new(0),
+                    by_kind: core::array::from_fn(|_| AtomicU64::new(0)),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Self {
+            cpus: v,
+            totals: BatchTotals::default(),
+        })
+    }
+
+    /// Counts a trap on `cpu` (the caller's CPU, in trap context) of kind index `kind`.
+    pub(crate) fn count_trap(&self, cpu: usize, kind: usize) {
+        if let Some(c) = self.cpus.get(cpu) {
+            // Only this CPU writes its line; readers tolerate a count that is a moment old.
+            c.total.fetch_add(1, Ordering::Relaxed);
+            if let Some(k) = c.by_kind.get(kind) {
+                k.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Traps emulated on `cpu` so far (0 for an unknown CPU).
+    ///
+    /// A thread bound to `cpu` that reads this before and after executing a site learns
+    /// whether that execution trapped: the trap's increment happens on the same CPU, before
+    /// the trap returns.
+    pub(crate) fn cpu_traps(&self, cpu: usize) -> u64 {
+        self.cpus
+            .get(cpu)
+            .map_or(0, |c| c.total.load(Ordering::Relaxed))
+    }
+
+    /// Writes the counters as `key value` lines.
+    pub(crate) fn write(&self, out: &mut impl Write) -> core::fmt::Result {
+        let t = &self.totals;
+        for (name, v) in [
+            ("batches", &t.batches),
+            ("sites", &t.sites),
+            ("syncs", &t.syncs),
+            ("records", &t.records),
+            ("failed", &t.failed),
+        ] {
+            writeln!(out, "{name} {}", v.load(Ordering::Relaxed))?;
+        }
+        for kind in Kind::ALL {
+            let n: u64 = self
+                .cpus
+                .iter()
+                .filter_map(|c| c.by_kind.get(kind as usize))
+                .map(|k| k.load(Ordering::Relaxed))
+                .sum();
+            writeln!(out, "traps.{} {n}", kind.name())?;
+        }
+        for (cpu, c) in self.cpus.iter().enumerate() {
+            writeln!(out, "traps.cpu{cpu} {}", c.total.load(Ordering::Relaxed))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * textpoke: breakpoint-guarded patching of module text, with an unambiguous
+ * PERF_RECORD_TEXT_POKE for every change.
+ *
+ * A module registers the sites of its own text it wants to patch, then changes
+ * any number of them together in a batch. Committing a batch writes a guard
+ * (x86 INT3, arm64 BRK #0x008) over every site, synchronizes every CPU, emits
+ * one TEXT_POKE record per site, writes the new instructions and synchronizes
+ * again. A CPU that executes a guard meanwhile traps, and textpoke emulates the
+ * site's NEW instruction, so every execution either precedes the record with
+ * the old instruction or behaves as the new one: a tracer can switch its copy
+ * of the text at the record's timestamp.
+ *
+ * Only registered sites of a module's own core text can be patched, never
+ * textpoke's own text (its trap path). Every function returns 0 or a negative
+ * errno, logs a line on refusal, and changes nothing when it refuses:
+ *
+ *   -ENOENT      address is not a registered site
+ *   -EADDRINUSE  address is inside, or overlaps, a registered site
+ *   -EPERM       site in textpoke's own text
+ *   -EFAULT      site outside its module's text, or misaligned
+ *   -EOPNOTSUPP  instruction not supported
+ *   -EMSGSIZE    instruction of the wrong size for the site
+ *   -ERANGE      branch target out of range (textpoke_encode())
+ *   -EILSEQ      new instruction is the guard itself
+ *   -EEXIST      site twice in one batch
+ *   -EBUSY       site owned by another batch in flight
+ *   -ENODATA     commit of an empty batch
+ *   -E2BIG       more than TEXTPOKE_MAX_BATCH sites
+ *   -EALREADY    batch already committed
+ *   -ENOSPC      too many batches in flight at once (16)
+ *   -EIO         site text changed behind textpoke's back
+ *   -ENODEV      the site's module is going away, or textpoke is
+ *
+ * Supported instructions: x86-64 NOP2, NOP5, JMP rel8, JMP rel32, CALL rel32,
+ * RET (padded with INT3); arm64 NOP, B, BL, MOV X9, X30, RET.
+ */
+#ifndef _TEXTPOKE_H
+#define _TEXTPOKE_H
+
+#include <linux/types.h>
+
+struct module;
+struct textpoke_batch;
+
+/* Most sites in one batch. */
+#define TEXTPOKE_MAX_BATCH 8192
+
+/* Instructions textpoke_encode() builds. */
+enum textpoke_op {
+	TEXTPOKE_NOP = 0,	/* x86: NOP2 (len 2), NOP5 (len 5); arm64: NOP */
+	TEXTPOKE_JMP = 1,	/* x86: JMP rel8 (len 2), JMP rel32 (len 5); arm64: B */
+	TEXTPOKE_CALL = 2,	/* x86: CALL rel32 (len 5); arm64: BL */
+	TEXTPOKE_RET = 3,	/* x86: RET padded with INT3 to len; arm64: RET */
+	TEXTPOKE_MOV_X9_X30 = 4,	/* arm64 only: MOV X9, X30 */
+};
+
+/* What a commit cost. */
+struct textpoke_batch_stats {
+	u64 nsecs;	/* wall time of the commit */
+	u32 sites;	/* sites changed */
+	u32 syncs;	/* all-CPU syncs (IPI rounds) */
+	u32 writes;	/* text writes */
+	u32 records;	/* PERF_RECORD_TEXT_POKE records emitted */
+};
+
+/* Encode @op at @site (jumping or calling to @target), @len bytes, into @out. */
+int textpoke_encode(enum textpoke_op op, const void *site, const void *target,
+		    size_t len, u8 *out);
+
+/*
+ * Register the @len-byte site at @addr in @owner's core text (pass
+ * THIS_MODULE). The instruction there must be a supported one of @len bytes.
+ * Unregister every site before the module's exit returns.
+ */
+int textpoke_register_site(struct module *owner, const void *addr, size_t len);
+int textpoke_unregister_site(struct module *owner, const void *addr);
+
+/*
+ * Batches. begin() stores a new empty batch in @out. add() claims the site at
+ * @addr for this batch and records its new instruction @insn (@len bytes).
+ * commit() applies every change (process context; sleeps); it can be called
+ * once. stats() reports what the commit cost. end() frees the batch and gives
+ * back the sites of an uncommitted one. While a batch exists it pins textpoke
+ * and the modules owning its sites.
+ */
+int textpoke_batch_begin(struct textpoke_batch **out);
+int textpoke_batch_add(struct textpoke_batch *batch, const void *addr,
+		       const u8 *insn, size_t len);
+int textpoke_batch_commit(struct textpoke_batch *batch);
+int textpoke_batch_stats(struct textpoke_batch *batch,
+			 struct textpoke_batch_stats *out);
+void textpoke_batch_end(struct textpoke_batch *batch);
+
+/*
+ * Guard traps emulated on @cpu so far. A thread bound to @cpu that reads it
+ * before and after executing a site (with preemption disabled) learns whether
+ * that execution trapped.
+ */
+u64 textpoke_cpu_traps(unsigned int cpu);
+
+#endif /* _TEXTPOKE_H */
