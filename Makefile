@@ -9,6 +9,7 @@ ifneq ($(KERNELRELEASE),)
 
 obj-m += textpoke.o
 textpoke-y := kernel/textpoke.o kernel/exports.o rust/helpers.o
+obj-m += samples/
 
 else
 

@@ -30,7 +30,7 @@ use core::sync::atomic::Ordering;
 use kernel::{ffi::c_void, prelude::*};
 
 /// Most sites in one batch (`TEXTPOKE_MAX_BATCH` in kernel/textpoke.h).
-pub(crate) const MAX_SITES: usize = 8192;
+pub(crate) const MAX_SITES: usize = 4096;
 
 /// What a commit cost (`struct textpoke_batch_stats` in kernel/textpoke.h).
 #[repr(C)]

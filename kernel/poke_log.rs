@@ -24,7 +24,7 @@ pub(crate) const LAYOUT: SampleIdLayout = SampleIdLayout::new(
 const CAPACITY: usize = 8 << 20;
 
 struct Buf {
-    bytes: KVec<u8>,
+    bytes: KVVec<u8>,
     seq: u64,
     dropped: u64,
 }
@@ -38,7 +38,7 @@ impl PokeLog {
     /// An empty log.
     pub(crate) fn new() -> Result<Self> {
         let buf = Buf {
-            bytes: KVec::new(),
+            bytes: KVVec::new(),
             seq: 0,
             dropped: 0,
         };
@@ -74,9 +74,9 @@ impl PokeLog {
     }
 
     /// A copy of the log's bytes.
-    pub(crate) fn snapshot(&self) -> Result<KVec<u8>> {
+    pub(crate) fn snapshot(&self) -> Result<KVVec<u8>> {
         let b = self.buf.lock();
-        let mut out = KVec::with_capacity(b.bytes.len(), GFP_KERNEL)?;
+        let mut out = KVVec::with_capacity(b.bytes.len(), GFP_KERNEL)?;
         out.extend_from_slice(&b.bytes, GFP_KERNEL)?;
         Ok(out)
     }
@@ -89,7 +89,7 @@ impl PokeLog {
     /// Empties the log (the sequence number keeps counting).
     pub(crate) fn clear(&self) {
         let mut b = self.buf.lock();
-        b.bytes = KVec::new();
+        b.bytes = KVVec::new();
         b.dropped = 0;
     }
 }

@@ -93,7 +93,7 @@ impl Sites {
     /// text, overlaps with registered sites, and instructions the codec cannot decode as exactly
     /// `len` bytes.
     pub(crate) fn register(&mut self, owner: Module, addr: u64, len: usize) -> Result {
-        if owner == self.engine {
+        if owner == self.engine || self.engine.text_contains(addr, 1) {
             pr_err!("refusing site {:#x}: it is in textpoke's own text (the trap path)\n", addr);
             return Err(errno::engine_text());
         }

@@ -16,6 +16,8 @@ const KINDS: usize = Kind::ALL.len();
 struct CpuTraps {
     total: AtomicU64,
     by_kind: [AtomicU64; KINDS],
+    /// Traps on a guard that was no longer in memory (see `trap::guard_vanished`).
+    vanished: AtomicU64,
 }
 
 /// Totals over all batches.
@@ -49,6 +51,7 @@ impl Stats {
                 CpuTraps {
                     total: AtomicU64::new(0),
                     by_kind: core::array::from_fn(|_| AtomicU64::new(0)),
+                    vanished: AtomicU64::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -67,6 +70,15 @@ impl Stats {
             if let Some(k) = c.by_kind.get(kind) {
                 k.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Counts a trap on `cpu` at a guard that had already been replaced.
+    pub(crate) fn count_vanished(&self, cpu: usize) {
+        if let Some(c) = self.cpus.get(cpu) {
+            // It is a trap all the same: executors mark the execution as trapped.
+            c.total.fetch_add(1, Ordering::Relaxed);
+            c.vanished.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -102,6 +114,8 @@ impl Stats {
                 .sum();
             writeln!(out, "traps.{} {n}", kind.name())?;
         }
+        let vanished: u64 = self.cpus.iter().map(|c| c.vanished.load(Ordering::Relaxed)).sum();
+        writeln!(out, "traps.vanished_guard {vanished}")?;
         for (cpu, c) in self.cpus.iter().enumerate() {
             writeln!(out, "traps.cpu{cpu} {}", c.total.load(Ordering::Relaxed))?;
         }

@@ -14,7 +14,7 @@ use kernel::{c_str, prelude::*, sync::Arc, ThisModule};
 struct Stats;
 
 impl debugfs::File for Stats {
-    fn snapshot(&self) -> Result<KVec<u8>> {
+    fn snapshot(&self) -> Result<KVVec<u8>> {
         let engine = engine::get().ok_or(ENODEV)?;
         let mut text = Text::new();
         engine.stats.write(&mut text).map_err(|_| ENOMEM)?;
@@ -28,7 +28,7 @@ impl debugfs::File for Stats {
 struct Records;
 
 impl debugfs::File for Records {
-    fn snapshot(&self) -> Result<KVec<u8>> {
+    fn snapshot(&self) -> Result<KVVec<u8>> {
         engine::get().ok_or(ENODEV)?.log.snapshot()
     }
 

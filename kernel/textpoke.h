@@ -45,7 +45,7 @@ struct module;
 struct textpoke_batch;
 
 /* Most sites in one batch. */
-#define TEXTPOKE_MAX_BATCH 8192
+#define TEXTPOKE_MAX_BATCH 4096
 
 /* Instructions textpoke_encode() builds. */
 enum textpoke_op {

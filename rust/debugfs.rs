@@ -41,8 +41,10 @@ const MAX_COMMAND: usize = 4096;
 /// What a debugfs file does.
 pub(crate) trait File: Send + Sync + 'static {
     /// The content a reader sees, generated when the file is opened for reading.
-    fn snapshot(&self) -> Result<KVec<u8>> {
-        Ok(KVec::new())
+    ///
+    /// `KVVec` falls back to vmalloc, so large binary logs are fine.
+    fn snapshot(&self) -> Result<KVVec<u8>> {
+        Ok(KVVec::new())
     }
 
     /// Handles one write; the default refuses writes with `EINVAL`.
@@ -180,7 +182,7 @@ impl<T: File> Fops<T> {
                 Err(e) => return e.to_errno(),
             }
         } else {
-            KVec::new()
+            KVVec::new()
         };
         match KBox::new(content, GFP_KERNEL) {
             Ok(b) => {
@@ -198,8 +200,8 @@ impl<T: File> Fops<T> {
         count: usize,
         pos: *mut bindings::loff_t,
     ) -> isize {
-        // SAFETY: `open` stored a live `KVec<u8>` in `private_data`; it is freed in `release`.
-        let content = unsafe { &*(*file).private_data.cast::<KVec<u8>>() };
+        // SAFETY: `open` stored a live `KVVec<u8>` in `private_data`; it is freed in `release`.
+        let content = unsafe { &*(*file).private_data.cast::<KVVec<u8>>() };
         // SAFETY: `buf`/`count`/`pos` come from the VFS; the source is our own buffer.
         unsafe {
             bindings::simple_read_from_buffer(
@@ -239,18 +241,18 @@ impl<T: File> Fops<T> {
 
     unsafe extern "C" fn release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
         // SAFETY: `open` stored this box and nothing uses it after release.
-        drop(unsafe { KBox::from_raw((*file).private_data.cast::<KVec<u8>>()) });
+        drop(unsafe { KBox::from_raw((*file).private_data.cast::<KVVec<u8>>()) });
         0
     }
 }
 
 /// A `core::fmt::Write` sink for building text snapshots.
-pub(crate) struct Text(pub(crate) KVec<u8>);
+pub(crate) struct Text(pub(crate) KVVec<u8>);
 
 impl Text {
     /// An empty text.
     pub(crate) fn new() -> Self {
-        Self(KVec::new())
+        Self(KVVec::new())
     }
 }
 

@@ -17,7 +17,7 @@ use kernel::{
     prelude::*,
 };
 
-use super::insn::Regs;
+use super::insn::{Insn, Regs};
 
 impl Regs for PtRegs {
     fn pc(&self) -> u64 {
@@ -39,7 +39,18 @@ fn handle(regs: &mut PtRegs) -> bool {
     // On arm64 the exception PC is the BRK itself.
     let site = PtRegs::pc(regs);
     let Some(pending) = trap::lookup(site) else {
-        return false;
+        // `BRK #0x008` is only ever ours: if it is gone, emulate what is there now.
+        let Some(now) = trap::vanished_guard(site, super::GUARD) else {
+            return false;
+        };
+        let emulated = Insn::decode(site, now.get(..super::HEAD_LEN).unwrap_or(&[]))
+            .and_then(|insn| insn.emulate(site, regs))
+            .is_ok();
+        if emulated {
+            regs.clear_btype();
+            trap::count_vanished();
+        }
+        return emulated;
     };
     if pending.insn.emulate(site, regs).is_err() {
         return false;

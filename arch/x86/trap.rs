@@ -18,7 +18,7 @@ use kernel::{
     types::Opaque,
 };
 
-use super::insn::{Regs, Stack};
+use super::insn::{Insn, Regs, Stack};
 
 extern "C" {
     fn register_die_notifier(nb: *mut bindings::notifier_block) -> c_int;
@@ -65,7 +65,22 @@ fn handle(regs: &mut PtRegs) -> bool {
     // `regs.ip` points after the one-byte `INT3`.
     let site = PtRegs::ip(regs).wrapping_sub(1);
     let Some(pending) = trap::lookup(site) else {
-        return false;
+        // An `INT3` that is no longer in memory: if what is there now is an instruction we
+        // know, emulate it; otherwise resume at the site so the CPU executes it itself (what
+        // kprobes used to do with a vanished `INT3`).
+        let Some(now) = trap::vanished_guard(site, super::GUARD) else {
+            return false;
+        };
+        let emulated = [5, 2, 1].into_iter().any(|len| {
+            Insn::decode(site, now.get(..len).unwrap_or(&[]))
+                .and_then(|insn| insn.emulate(site, regs, &mut KernelStack))
+                .is_ok()
+        });
+        if !emulated {
+            regs.set_ip(site);
+        }
+        trap::count_vanished();
+        return true;
     };
     match pending.insn.emulate(site, regs, &mut KernelStack) {
         Ok(()) => {

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! textpoke_exerciser: static-key-like and ftrace-like sites patched through textpoke's public
+//! API while kthreads on every CPU execute them, with logs for an ordering checker.
+//!
+//! The sites live in this module's own text (see `exerciser/pool_*.rs`), are registered with
+//! textpoke at load and unregistered at unload. The guest agent drives everything through
+//! debugfs (`exerciser/uapi.rs`).
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+use kernel::{prelude::*, sync::Arc};
+
+module! {
+    type: Exerciser,
+    name: "textpoke_exerciser",
+    author: "textpoke developers",
+    description: "Exercises textpoke with static-key and ftrace style sites under load",
+    license: "GPL",
+}
+
+#[path = "exerciser/badinput.rs"]
+mod badinput;
+#[path = "exerciser/control.rs"]
+mod control;
+#[path = "exerciser/engine_api.rs"]
+mod engine_api;
+#[path = "exerciser/executor.rs"]
+mod executor;
+#[path = "exerciser/pool.rs"]
+mod pool;
+#[cfg(CONFIG_ARM64)]
+#[path = "exerciser/pool_arm64.rs"]
+mod pool_arm64;
+#[cfg(CONFIG_X86_64)]
+#[path = "exerciser/pool_x86.rs"]
+mod pool_x86;
+#[path = "exerciser/scenario.rs"]
+mod scenario;
+/// What userspace sees (shared with the guest agent).
+#[path = "exerciser/uapi.rs"]
+pub mod uapi;
+
+#[path = "../rust/clock.rs"]
+mod clock;
+#[path = "../rust/cpu.rs"]
+#[allow(dead_code, reason = "shared with textpoke, which uses the rest")]
+mod cpu;
+#[path = "../rust/debugfs.rs"]
+mod debugfs;
+#[path = "../rust/kernel_text.rs"]
+mod kernel_text;
+#[path = "../rust/kthread.rs"]
+mod kthread;
+#[path = "../rust/module_text.rs"]
+#[allow(dead_code, reason = "shared with textpoke, which uses the rest")]
+mod module_text;
+
+/// The sites, and what executors and pokers share about them.
+pub(crate) struct Shared {
+    /// Every site, indexed as userspace sees them.
+    sites: KVVec<pool::Site>,
+    /// Committed instruction of each site: 0 `off`, 1 `on`.
+    state: KVVec<AtomicU8>,
+    /// Batches of this module in flight.
+    in_flight: AtomicU32,
+    /// Bumped whenever a batch starts or ends.
+    generation: AtomicU64,
+    /// Functions in the call pool (size of each executor's trampoline-hit array).
+    call_functions: usize,
+}
+
+struct Exerciser {
+    _files: debugfs::Dir,
+    shared: Arc<Shared>,
+}
+
+impl kernel::Module for Exerciser {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        let mut sites = KVVec::new();
+        let mut call_functions = 0;
+        for p in pool::pools() {
+            if p.kind == pool::PoolKind::Call {
+                call_functions = p.count;
+            }
+            for i in 0..p.count {
+                sites.push(p.site(i)?, GFP_KERNEL)?;
+            }
+        }
+        let mut state = KVVec::new();
+        for (i, s) in sites.iter().enumerate() {
+            if let Err(e) = engine_api::register_site(module, s.addr, s.len) {
+                for done in sites.iter().take(i) {
+                    let _ = engine_api::unregister_site(module, done.addr);
+                }
+                return Err(e);
+            }
+            state.push(AtomicU8::new(0), GFP_KERNEL)?;
+        }
+        let shared = Arc::new(
+            Shared {
+                sites,
+                state,
+                in_flight: AtomicU32::new(0),
+                generation: AtomicU64::new(0),
+                call_functions,
+            },
+            GFP_KERNEL,
+        )?;
+        if let Err(e) = install_prologues(&shared) {
+            unregister_all(&shared, module);
+            return Err(e);
+        }
+        let files = control::create(control::Control::new(shared.clone(), module)?, module)?;
+        pr_info!("{} sites registered\n", shared.sites.len());
+        Ok(Self { _files: files, shared })
+    }
+}
+
+/// arm64: turns every call function's first `NOP` into ftrace's `MOV X9, X30` prologue, once,
+/// before anything executes them (`MOV` may not be changed while other CPUs run it).
+fn install_prologues(shared: &Shared) -> Result {
+    let prologues = shared.sites.iter().enumerate().filter(|(_, s)| s.kind == pool::PoolKind::Prologue);
+    let mut batch: Option<engine_api::Batch> = None;
+    for (i, s) in prologues {
+        batch.get_or_insert(engine_api::Batch::begin()?).add(s.addr, s.on())?;
+        if let Some(st) = shared.state.get(i) {
+            st.store(1, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    match batch {
+        Some(mut b) => b.commit(),
+        None => Ok(()),
+    }
+}
+
+fn unregister_all(shared: &Shared, module: &'static ThisModule) {
+    for s in shared.sites.iter() {
+        // Nothing can own a site now (batches pin this module), so this cannot fail.
+        let _ = engine_api::unregister_site(module, s.addr);
+    }
+}
+
+impl Drop for Exerciser {
+    fn drop(&mut self) {
+        unregister_all(&self.shared, &THIS_MODULE);
+    }
+}

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Bad input: each case hands the engine one kind of invalid request through its public API
+//! and returns what the engine answered. The control file turns that into `write()`'s errno;
+//! `Ok` means the engine accepted bad input, which the guest agent reports as a failure.
+//! Every case leaves the text as it found it (the agent checks through `/proc/kcore`).
+
+use super::engine_api::{self, Batch, Op, MAX_BATCH};
+use super::pool::{PoolKind, Site};
+use super::Shared;
+use kernel::prelude::*;
+
+extern "C" {
+    /// Any function in textpoke's own text will do: it is the trap path.
+    fn textpoke_cpu_traps(cpu: u32) -> u64;
+}
+
+fn first(shared: &Shared, kind: PoolKind) -> Result<&Site> {
+    shared.sites.iter().find(|s| s.kind == kind).ok_or(EINVAL)
+}
+
+/// Bytes no codec supports, `len` long.
+fn unsupported(len: usize) -> &'static [u8] {
+    if cfg!(CONFIG_X86_64) {
+        // `UD2` followed by one-byte NOPs.
+        [0x0f, 0x0b, 0x90, 0x90, 0x90].get(..len).unwrap_or(&[])
+    } else {
+        // `YIELD`: a hint, but not the `NOP` hint.
+        &[0x3f, 0x20, 0x03, 0xd5]
+    }
+}
+
+/// The guard itself as a new instruction, `len` long.
+fn guard(len: usize) -> &'static [u8] {
+    if cfg!(CONFIG_X86_64) {
+        [0xcc, 0xcc, 0xcc, 0xcc, 0xcc].get(..len).unwrap_or(&[])
+    } else {
+        // `BRK #0x008`.
+        &[0x00, 0x01, 0x20, 0xd4]
+    }
+}
+
+/// Runs bad-input case `name` against the engine; see [`super::uapi::BAD_INPUT_CASES`].
+pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> Result {
+    let site = first(shared, PoolKind::Branch)?;
+    let other = shared.sites.iter().filter(|s| s.kind == PoolKind::Branch).nth(1).ok_or(EINVAL)?;
+    match name {
+        b"unregistered" => {
+            // The taken path of a branch function: text of ours, but no site.
+            let mut b = Batch::begin()?;
+            b.add(site.func + 16, site.on())
+        }
+        b"inside_site" => Batch::begin()?.add(site.addr + 1, site.on()),
+        b"engine_text" => {
+            let addr = (textpoke_cpu_traps as unsafe extern "C" fn(u32) -> u64) as usize as u64;
+            engine_api::register_site(module, addr, site.len)
+        }
+        b"unsupported" => Batch::begin()?.add(site.addr, unsupported(site.len)),
+        b"wrong_size" => {
+            // A two-byte instruction for a longer site (x86: NOP2 for a NOP5 site; arm64: half
+            // an instruction).
+            Batch::begin()?.add(site.addr, [0x66, 0x90].as_slice())
+        }
+        b"out_of_range" => {
+            // Beyond a rel32 (x86, 2 GiB) or imm26 (arm64, 128 MiB) branch.
+            let far = site.addr.wrapping_add(if cfg!(CONFIG_X86_64) { 3 << 30 } else { 256 << 20 });
+            let mut out = [0u8; 5];
+            engine_api::encode(Op::Jmp, site.addr, far, out.get_mut(..site.len).ok_or(EINVAL)?)
+        }
+        b"guard_collision" => Batch::begin()?.add(site.addr, guard(site.len)),
+        b"misaligned" => {
+            if cfg!(CONFIG_X86_64) {
+                // x86 instructions have no alignment: nothing to refuse.
+                return Err(EINVAL);
+            }
+            engine_api::register_site(module, site.addr + 2, site.len)
+        }
+        b"duplicate" => {
+            let mut b = Batch::begin()?;
+            b.add(site.addr, site.on())?;
+            b.add(site.addr, site.on())
+        }
+        b"concurrent" => {
+            let mut first = Batch::begin()?;
+            first.add(site.addr, site.on())?;
+            let mut second = Batch::begin()?;
+            second.add(other.addr, other.on())?;
+            second.add(site.addr, site.on())
+        }
+        b"empty" => Batch::begin()?.commit(),
+        b"too_big" => {
+            let mut b = Batch::begin()?;
+            let mut sites = shared.sites.iter().filter(|s| s.kind == PoolKind::Branch);
+            for s in sites.by_ref().take(MAX_BATCH) {
+                b.add(s.addr, s.on())?;
+            }
+            let extra = sites.next().ok_or(EINVAL)?;
+            b.add(extra.addr, extra.on())
+        }
+        b"commit_twice" => {
+            let mut b = Batch::begin()?;
+            b.add(site.addr, site.on())?;
+            b.commit()?;
+            let second = b.commit();
+            // Put the site back the way it was.
+            let mut undo = Batch::begin()?;
+            undo.add(site.addr, site.off())?;
+            undo.commit()?;
+            second
+        }
+        _ => Err(EINVAL),
+    }
+}

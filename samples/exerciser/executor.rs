@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Executors: one kthread per online CPU, running the active sites in a tight loop.
+//!
+//! Each execution is timed with perf's clock and classified: which instruction ran (the
+//! function's return value, or for call sites whether the trampoline counted it) and whether
+//! it trapped (this CPU's guard-trap count changed across the call; preemption is off, so
+//! nothing else ran on this CPU in between). While any batch of the exerciser is in flight,
+//! executions are logged for the guest agent's ordering check. Outside batches the expected
+//! instruction is known, so those executions are checked on the spot.
+
+use super::pool::{PoolKind, Site};
+use super::uapi::ExecRecord;
+use super::Shared;
+use super::engine_api;
+use crate::clock;
+use crate::cpu::{self, NoPreempt};
+use crate::kthread::{self, Kthread};
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
+
+/// Site kinds counted separately.
+pub(crate) const KINDS: [PoolKind; 5] = [
+    PoolKind::Branch,
+    PoolKind::ShortBranch,
+    PoolKind::Ret,
+    PoolKind::Call,
+    PoolKind::Prologue,
+];
+
+fn kind_index(kind: PoolKind) -> usize {
+    KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
+/// Execution counters of one kind.
+#[derive(Default)]
+pub(crate) struct KindCounters {
+    pub(crate) executions: AtomicU64,
+    pub(crate) windowed: AtomicU64,
+    pub(crate) trapped: AtomicU64,
+    pub(crate) on: AtomicU64,
+}
+
+/// What one executor keeps.
+pub(crate) struct Executor {
+    shared: Arc<Shared>,
+    active: Arc<KVec<usize>>,
+    cpu: usize,
+    /// Logged executions; locked by the executor for its whole run.
+    pub(crate) log: Pin<KBox<Mutex<KVVec<ExecRecord>>>>,
+    /// Logged executions that did not fit.
+    pub(crate) dropped: AtomicU64,
+    pub(crate) counters: [KindCounters; KINDS.len()],
+    /// Executions outside batches that did not behave as the committed instruction.
+    pub(crate) stable_violations: AtomicU64,
+    /// Executions outside batches that trapped (on a stale guard) and behaved as committed.
+    pub(crate) late_traps: AtomicU64,
+    /// Calls the trampoline counted, per call-pool function.
+    pub(crate) hits: Pin<KBox<Mutex<KVec<u64>>>>,
+}
+
+/// Most executions one executor logs per scenario (24 bytes each).
+const LOG_CAPACITY: usize = 1 << 18;
+
+/// Runs `site` once; returns 1 if its `on` instruction's behaviour ran.
+fn execute(site: &Site, hits: &mut [u64]) -> u8 {
+    // SAFETY: `func` is the entry of one of this module's pool functions, all of which have
+    // this signature; `hits` is large enough for every call-pool index (the trampoline indexes
+    // it with the calling function's index in its pool).
+    let f = unsafe { core::mem::transmute::<usize, extern "C" fn(*mut u64) -> u32>(site.func as usize) };
+    if site.kind == PoolKind::Call {
+        let before = hits.get(site.index_in_pool).copied().unwrap_or(0);
+        f(hits.as_mut_ptr());
+        u8::from(hits.get(site.index_in_pool).copied().unwrap_or(0) != before)
+    } else {
+        u8::from(f(core::ptr::null_mut()) != 0)
+    }
+}
+
+fn run(ex: &Executor) {
+    let mut log = ex.log.lock();
+    let mut hits = ex.hits.lock();
+    let shared = &ex.shared;
+    let mut next = 0usize;
+    let mut n = 0u64;
+    while !kthread::should_stop() {
+        let Some(&index) = ex.active.get(next) else {
+            next = 0;
+            if ex.active.is_empty() {
+                kthread::sleep_ms(10);
+            }
+            continue;
+        };
+        next = next.wrapping_add(1);
+        let Some(site) = shared.sites.get(index) else {
+            continue;
+        };
+        let generation = shared.generation.load(Ordering::Acquire);
+        let window = shared.in_flight.load(Ordering::Acquire) > 0;
+        let (record, trapped) = {
+            let _pinned = NoPreempt::new();
+            let traps = engine_api::cpu_traps(ex.cpu);
+            let start = clock::now();
+            let path = execute(site, &mut hits);
+            let end = clock::now();
+            let trapped = engine_api::cpu_traps(ex.cpu) != traps;
+            let record = ExecRecord {
+                start,
+                end,
+                site: index as u32,
+                cpu: ex.cpu as u16,
+                path,
+                trapped: u8::from(trapped),
+            };
+            (record, trapped)
+        };
+        let c = &ex.counters[kind_index(site.kind)];
+        c.executions.fetch_add(1, Ordering::Relaxed);
+        c.on.fetch_add(u64::from(record.path), Ordering::Relaxed);
+        c.trapped.fetch_add(u64::from(trapped), Ordering::Relaxed);
+        if window {
+            c.windowed.fetch_add(1, Ordering::Relaxed);
+            // Capacity is reserved up front, so a push never allocates.
+            if log.len() >= LOG_CAPACITY || log.push(record, GFP_KERNEL).is_err() {
+                ex.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        } else if shared.generation.load(Ordering::Acquire) == generation {
+            // No batch started or ended around this execution, so the site held its committed
+            // instruction throughout, with no guard.
+            let expected = shared.state.get(index).map_or(0, |s| s.load(Ordering::Acquire));
+            if record.path != expected {
+                ex.stable_violations.fetch_add(1, Ordering::Relaxed);
+            } else if trapped {
+                // A guard that was already gone (see textpoke's `trap::guard_vanished`): the
+                // execution behaved as the committed instruction, so this is no violation.
+                ex.late_traps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        n = n.wrapping_add(1);
+        if n % 128 == 0 {
+            // Executors are kthreads in tight loops on a non-preemptible kernel: yield now and
+            // then so RCU and the pokers get to run.
+            cpu::cond_resched();
+        }
+    }
+}
+
+/// The executors of a run, one per online CPU; stopped when dropped.
+pub(crate) struct Executors {
+    pub(crate) state: KVec<Arc<Executor>>,
+    threads: KVec<Kthread<Executor>>,
+}
+
+impl Executors {
+    /// Starts an executor on every online CPU, running `active` round-robin.
+    pub(crate) fn start(shared: &Arc<Shared>, active: Arc<KVec<usize>>, call_functions: usize) -> Result<Self> {
+        let mut state = KVec::new();
+        let mut threads = KVec::new();
+        for c in cpu::online() {
+            let mut hits = KVec::new();
+            hits.extend_with(call_functions, 0u64, GFP_KERNEL)?;
+            let ex = Arc::new(
+                Executor {
+                    shared: shared.clone(),
+                    active: active.clone(),
+                    cpu: c,
+                    log: KBox::pin_init(new_mutex!(KVVec::with_capacity(LOG_CAPACITY, GFP_KERNEL)?), GFP_KERNEL)?,
+                    dropped: AtomicU64::new(0),
+                    counters: Default::default(),
+                    stable_violations: AtomicU64::new(0),
+                    late_traps: AtomicU64::new(0),
+                    hits: KBox::pin_init(new_mutex!(hits), GFP_KERNEL)?,
+                },
+                GFP_KERNEL,
+            )?;
+            threads.push(Kthread::on_cpu(c, c_str!("textpoke_exec/%u"), ex.clone(), run)?, GFP_KERNEL)?;
+            state.push(ex, GFP_KERNEL)?;
+        }
+        Ok(Self { state, threads })
+    }
+
+    /// Stops every executor and waits for them; returns what they kept.
+    pub(crate) fn stop(self) -> KVec<Arc<Executor>> {
+        let Self { state, threads } = self;
+        // Dropping a `Kthread` stops it and waits for it to exit.
+        drop(threads);
+        state
+    }
+}

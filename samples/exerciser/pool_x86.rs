@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The x86-64 site pools: functions laid out at a fixed 32-byte stride, each with one site.
+//!
+//! Every function is called as `extern "C" fn(hits: *mut u64) -> u32` and returns which
+//! instruction its site executed: 0 for the `off` one, 1 for the `on` one. Call sites return
+//! 0 and report through the trampoline instead, which increments `hits[function index]`.
+//!
+//! - `jmp32`: `NOP5` (off) / `JMP rel32` to the taken path (on). Static-key style.
+//! - `jmp8`: `NOP2` / `JMP rel8`. Static-key style, short form.
+//! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, 1`.
+//! - `call`: `NOP5` / `CALL` to the trampoline at the function's entry. ftrace style.
+
+use super::pool::{Pool, PoolKind};
+
+/// Functions per pool. `jmp32` exceeds the engine's batch limit (4096) by design.
+pub(crate) const JMP32: usize = 4160;
+/// Functions in each of the other pools.
+pub(crate) const SMALL: usize = 256;
+
+// Each pool is one function symbol as far as the object file goes. objtool cannot follow a
+// jump that exists only once patched, so it would call the taken paths unreachable: the pools
+// are listed as non-standard, which makes objtool skip them (include/linux/objtool.h).
+core::arch::global_asm!(
+    ".macro textpoke_ex_end name",
+    ".type \\name, @function",
+    ".size \\name, . - \\name",
+    ".pushsection .discard.func_stack_frame_non_standard, \"aw\"",
+    ".long \\name - .",
+    ".popsection",
+    ".endm",
+    ".pushsection .text, \"ax\"",
+    ".balign 32",
+    ".globl textpoke_ex_jmp32",
+    "textpoke_ex_jmp32:",
+    ".rept {jmp32}",
+    ".balign 32",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "xor eax, eax",
+    "ret",
+    ".balign 16",
+    "mov eax, 1",
+    "ret",
+    ".endr",
+    "textpoke_ex_end textpoke_ex_jmp32",
+    ".balign 32",
+    ".globl textpoke_ex_jmp8",
+    "textpoke_ex_jmp8:",
+    ".rept {small}",
+    ".balign 32",
+    ".byte 0x66, 0x90",
+    "xor eax, eax",
+    "ret",
+    ".balign 16",
+    "mov eax, 1",
+    "ret",
+    ".endr",
+    "textpoke_ex_end textpoke_ex_jmp8",
+    ".balign 32",
+    ".globl textpoke_ex_ret",
+    "textpoke_ex_ret:",
+    ".rept {small}",
+    ".balign 32",
+    "mov eax, 1",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "xor eax, eax",
+    "ret",
+    ".endr",
+    "textpoke_ex_end textpoke_ex_ret",
+    ".balign 32",
+    ".globl textpoke_ex_call",
+    "textpoke_ex_call:",
+    ".rept {small}",
+    ".balign 32",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "xor eax, eax",
+    "ret",
+    ".endr",
+    "textpoke_ex_end textpoke_ex_call",
+    // The trampoline: counts the call in the caller's `hits` array (rdi, the function's own
+    // first argument) at the index of the function that called it, and preserves every
+    // register and the flags. The return address is the function's entry + 5.
+    ".balign 32",
+    ".globl textpoke_ex_tramp",
+    "textpoke_ex_tramp:",
+    "pushfq",
+    "push rax",
+    "push rdx",
+    "mov rax, [rsp + 24]",
+    "lea rdx, [rip + textpoke_ex_call + 5]",
+    "sub rax, rdx",
+    "shr rax, 5",
+    "inc qword ptr [rdi + 8 * rax]",
+    "pop rdx",
+    "pop rax",
+    "popfq",
+    "ret",
+    ".type textpoke_ex_tramp, @function",
+    ".size textpoke_ex_tramp, . - textpoke_ex_tramp",
+    ".popsection",
+    ".purgem textpoke_ex_end",
+    jmp32 = const JMP32,
+    small = const SMALL,
+);
+
+extern "C" {
+    static textpoke_ex_jmp32: [u8; 0];
+    static textpoke_ex_jmp8: [u8; 0];
+    static textpoke_ex_ret: [u8; 0];
+    static textpoke_ex_call: [u8; 0];
+    static textpoke_ex_tramp: [u8; 0];
+}
+
+/// The trampoline call sites call.
+pub(crate) fn trampoline() -> u64 {
+    (&raw const textpoke_ex_tramp) as usize as u64
+}
+
+/// Every pool, in address order.
+pub(crate) fn pools() -> [Pool; 4] {
+    let base = |p: *const [u8; 0]| p as usize as u64;
+    [
+        Pool {
+            kind: PoolKind::Branch,
+            base: base(&raw const textpoke_ex_jmp32),
+            count: JMP32,
+            site_offset: 0,
+            len: 5,
+            taken_offset: 16,
+        },
+        Pool {
+            kind: PoolKind::ShortBranch,
+            base: base(&raw const textpoke_ex_jmp8),
+            count: SMALL,
+            site_offset: 0,
+            len: 2,
+            taken_offset: 16,
+        },
+        Pool {
+            kind: PoolKind::Ret,
+            base: base(&raw const textpoke_ex_ret),
+            count: SMALL,
+            site_offset: 5,
+            len: 5,
+            taken_offset: 0,
+        },
+        Pool {
+            kind: PoolKind::Call,
+            base: base(&raw const textpoke_ex_call),
+            count: SMALL,
+            site_offset: 0,
+            len: 5,
+            taken_offset: 0,
+        },
+    ]
+}

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Scenarios: keys of sites flipped by concurrent pokers while executors run every site.
+//!
+//! `keys=K sites=S ftrace=F flips=N pokers=P`: K static-key-like groups of S sites each (key k
+//! uses the branch, short-branch and early-return pools in turn, so every kind gets keys) and
+//! one ftrace-like group of F call sites. P poker kthreads share the keys (key k belongs to
+//! poker k mod P; the ftrace group to poker 0), and each flips each of its groups N times, one
+//! batch per group and flip: like `static_key_enable()` patching every site of a key at once.
+//! With P > 1, batches of different pokers are in flight at the same time. Every group ends in
+//! its `off` state (one more flip if N is odd), so scenarios can follow each other.
+
+use super::engine_api::{self, Batch, BatchStats};
+use super::executor::{Executor, Executors};
+use super::pool::PoolKind;
+use super::Shared;
+use crate::clock;
+use crate::kthread::{self, Kthread};
+use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
+
+/// A scenario's parameters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spec {
+    pub(crate) keys: usize,
+    pub(crate) sites: usize,
+    pub(crate) ftrace: usize,
+    pub(crate) flips: usize,
+    pub(crate) pokers: usize,
+}
+
+impl Spec {
+    /// Parses `key=value` words; unknown keys and missing or zero values are refused.
+    pub(crate) fn parse(words: &[u8]) -> Result<Self> {
+        let mut spec = Self {
+            keys: 0,
+            sites: 0,
+            ftrace: 0,
+            flips: 0,
+            pokers: 1,
+        };
+        for word in words.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()) {
+            let mut kv = word.splitn(2, |b| *b == b'=');
+            let (Some(k), Some(v)) = (kv.next(), kv.next()) else {
+                return Err(EINVAL);
+            };
+            let v = core::str::from_utf8(v).ok().and_then(|v| v.parse::<usize>().ok()).ok_or(EINVAL)?;
+            match k {
+                b"keys" => spec.keys = v,
+                b"sites" => spec.sites = v,
+                b"ftrace" => spec.ftrace = v,
+                b"flips" => spec.flips = v,
+                b"pokers" => spec.pokers = v,
+                _ => return Err(EINVAL),
+            }
+        }
+        if spec.flips == 0 || spec.pokers == 0 || (spec.keys == 0 || spec.sites == 0) && spec.ftrace == 0 {
+            return Err(EINVAL);
+        }
+        Ok(spec)
+    }
+}
+
+/// The static-key pools, in the order keys use them.
+#[cfg(CONFIG_X86_64)]
+const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::ShortBranch, PoolKind::Ret];
+#[cfg(CONFIG_ARM64)]
+const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::Ret];
+
+/// One batch of a run.
+#[derive(Clone, Copy)]
+pub(crate) struct BatchRecord {
+    pub(crate) poker: usize,
+    /// Key index, or `usize::MAX` for the ftrace group.
+    pub(crate) group: usize,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) stats: BatchStats,
+    /// 0, or the errno the commit failed with.
+    pub(crate) errno: i32,
+}
+
+struct Group {
+    index: usize,
+    sites: KVec<usize>,
+}
+
+struct Poker {
+    shared: Arc<Shared>,
+    index: usize,
+    groups: KVec<Group>,
+    flips: usize,
+    batches: Pin<KBox<Mutex<KVec<BatchRecord>>>>,
+    done: AtomicBool,
+    error: AtomicI32,
+}
+
+/// Flips group `g` to `on` in one batch.
+fn flip(p: &Poker, g: &Group, on: bool) -> Result {
+    let shared = &p.shared;
+    let mut batch = Batch::begin()?;
+    for &i in g.sites.iter() {
+        let site = shared.sites.get(i).ok_or(EINVAL)?;
+        batch.add(site.addr, if on { site.on() } else { site.off() })?;
+    }
+    // The executors log while any batch is in flight; the generation tells them a batch started
+    // or ended during an execution they check against the committed state.
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+    shared.generation.fetch_add(1, Ordering::SeqCst);
+    let start = clock::now();
+    let committed = batch.commit();
+    let end = clock::now();
+    if committed.is_ok() {
+        for &i in g.sites.iter() {
+            if let Some(s) = shared.state.get(i) {
+                s.store(u8::from(on), Ordering::Release);
+            }
+        }
+    }
+    shared.generation.fetch_add(1, Ordering::SeqCst);
+    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let record = BatchRecord {
+        poker: p.index,
+        group: g.index,
+        start,
+        end,
+        stats: batch.stats(),
+        errno: committed.err().map_or(0, engine_api::errno_of),
+    };
+    // Nothing to do if the record cannot be kept: the batch itself is done.
+    let _ = p.batches.lock().push(record, GFP_KERNEL);
+    committed
+}
+
+fn poke(p: &Poker) {
+    let mut result = Ok(());
+    'flips: for n in 0..p.flips {
+        for g in p.groups.iter() {
+            result = flip(p, g, n % 2 == 0);
+            if result.is_err() {
+                break 'flips;
+            }
+            crate::cpu::cond_resched();
+        }
+    }
+    if result.is_ok() && p.flips % 2 == 1 {
+        for g in p.groups.iter() {
+            result = result.and_then(|()| flip(p, g, false));
+        }
+    }
+    if let Err(e) = result {
+        p.error.store(engine_api::errno_of(e), Ordering::Relaxed);
+    }
+    p.done.store(true, Ordering::Release);
+}
+
+/// What a run produced.
+pub(crate) struct Outcome {
+    pub(crate) spec: Spec,
+    pub(crate) executors: KVec<Arc<Executor>>,
+    pub(crate) batches: KVec<BatchRecord>,
+    /// First poker error (an errno), or 0.
+    pub(crate) errno: i32,
+    pub(crate) nsecs: u64,
+}
+
+/// The site indices of `kind`, in pool order.
+fn of_kind(shared: &Shared, kind: PoolKind) -> impl Iterator<Item = usize> + '_ {
+    shared.sites.iter().enumerate().filter(move |(_, s)| s.kind == kind).map(|(i, _)| i)
+}
+
+/// Runs `spec` to completion.
+pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
+    let mut groups: KVec<Group> = KVec::new();
+    let mut used = [0usize; 5];
+    for k in 0..spec.keys {
+        let kind = *KEY_KINDS.get(k % KEY_KINDS.len()).ok_or(EINVAL)?;
+        let slot = used.get_mut(kind as usize).ok_or(EINVAL)?;
+        let mut sites = KVec::new();
+        for i in of_kind(shared, kind).skip(*slot).take(spec.sites) {
+            sites.push(i, GFP_KERNEL)?;
+        }
+        if sites.len() != spec.sites || spec.sites > engine_api::MAX_BATCH {
+            pr_err!("scenario: not enough {} sites for {} keys of {}\n", kind.name(), spec.keys, spec.sites);
+            return Err(EINVAL);
+        }
+        *slot = slot.saturating_add(spec.sites);
+        groups.push(Group { index: k, sites }, GFP_KERNEL)?;
+    }
+    if spec.ftrace > 0 {
+        let mut sites = KVec::new();
+        for i in of_kind(shared, PoolKind::Call).take(spec.ftrace) {
+            sites.push(i, GFP_KERNEL)?;
+        }
+        if sites.len() != spec.ftrace {
+            pr_err!("scenario: not enough call sites for ftrace={}\n", spec.ftrace);
+            return Err(EINVAL);
+        }
+        groups.push(Group { index: usize::MAX, sites }, GFP_KERNEL)?;
+    }
+    let mut active = KVec::new();
+    for g in groups.iter() {
+        active.extend_from_slice(&g.sites, GFP_KERNEL)?;
+    }
+
+    // Hand the groups out to the pokers: keys round-robin, the ftrace group to poker 0.
+    let mut per_poker: KVec<KVec<Group>> = KVec::new();
+    for _ in 0..spec.pokers {
+        per_poker.push(KVec::new(), GFP_KERNEL)?;
+    }
+    for g in groups {
+        let p = if g.index == usize::MAX { 0 } else { g.index.checked_rem(spec.pokers).unwrap_or(0) };
+        per_poker.get_mut(p).ok_or(EINVAL)?.push(g, GFP_KERNEL)?;
+    }
+
+    let start = clock::now();
+    let executors = Executors::start(shared, Arc::new(active, GFP_KERNEL)?, shared.call_functions)?;
+    // Let every executor get going before the first batch.
+    kthread::sleep_ms(20);
+    let mut pokers = KVec::new();
+    let mut threads = KVec::new();
+    for (index, groups) in per_poker.into_iter().enumerate() {
+        let p = Arc::new(
+            Poker {
+                shared: shared.clone(),
+                index,
+                groups,
+                flips: spec.flips,
+                batches: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+                done: AtomicBool::new(false),
+                error: AtomicI32::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        threads.push(Kthread::spawn(c_str!("textpoke_poker"), p.clone(), poke)?, GFP_KERNEL)?;
+        pokers.push(p, GFP_KERNEL)?;
+    }
+    while !pokers.iter().all(|p| p.done.load(Ordering::Acquire)) {
+        kthread::sleep_ms(5);
+    }
+    drop(threads);
+    kthread::sleep_ms(10);
+    let executors = executors.stop();
+    let nsecs = clock::now().saturating_sub(start);
+
+    let mut batches = KVec::new();
+    let mut errno = 0;
+    for p in pokers.iter() {
+        batches.extend_from_slice(&p.batches.lock(), GFP_KERNEL)?;
+        if errno == 0 {
+            errno = p.error.load(Ordering::Relaxed);
+        }
+    }
+    Ok(Outcome {
+        spec,
+        executors,
+        batches,
+        errno,
+        nsecs,
+    })
+}

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the exerciser shows userspace, shared with the guest agent (`tools/agent`).
+//!
+//! The exerciser's debugfs directory is `/sys/kernel/debug/textpoke_exerciser/`:
+//!
+//! - `sites` (text): one line per site, `index kind addr len off on`, with `addr` in hex and
+//!   `off`/`on` the two instructions as hex bytes. `off` is what the site holds at load; path 0
+//!   of an execution means the `off` instruction ran, path 1 the `on` one.
+//! - `control` (write): one command per write; the write fails with the command's errno.
+//!   - `run keys=K sites=S ftrace=F flips=N pokers=P` runs a scenario and returns when done;
+//!   - `bad <case>` performs one bad-input case (see [`BAD_INPUT_CASES`]) and fails with the
+//!     engine's errno (success would mean the engine accepted bad input);
+//!   - `hold <index>` keeps a batch owning site `index` in flight, `release` ends it;
+//!   - `executors start` / `executors stop` run the executors without a scenario.
+//! - `result` (text): `key value` lines about the last scenario.
+//! - `batches` (text): one line per batch of the last scenario.
+//! - `executions` (binary): the executions logged during the last scenario, as
+//!   [`ExecRecord`]s, CPU by CPU. Executions are logged only while a batch is in flight.
+//!
+//! Only `core` here: the agent includes this file too.
+
+/// Every bad-input case `bad <case>` knows, with the errno the engine must answer.
+pub const BAD_INPUT_CASES: &[(&str, &str)] = &[
+    ("unregistered", "ENOENT"),
+    ("inside_site", "EADDRINUSE"),
+    ("engine_text", "EPERM"),
+    ("unsupported", "EOPNOTSUPP"),
+    ("wrong_size", "EMSGSIZE"),
+    ("out_of_range", "ERANGE"),
+    ("guard_collision", "EILSEQ"),
+    ("misaligned", "EFAULT"),
+    ("duplicate", "EEXIST"),
+    ("concurrent", "EBUSY"),
+    ("empty", "ENODATA"),
+    ("too_big", "E2BIG"),
+    ("commit_twice", "EALREADY"),
+];
+
+/// One logged execution of a site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecRecord {
+    /// `local_clock()` just before the call: perf's clock.
+    pub start: u64,
+    /// `local_clock()` just after it returned.
+    pub end: u64,
+    /// Index of the site (as in `sites`).
+    pub site: u32,
+    /// CPU that executed it.
+    pub cpu: u16,
+    /// 0: the `off` instruction's behaviour; 1: the `on` one.
+    pub path: u8,
+    /// 1 if this execution hit the guard and was emulated.
+    pub trapped: u8,
+}
+
+/// Size of an [`ExecRecord`] in `executions`.
+pub const EXEC_RECORD_SIZE: usize = core::mem::size_of::<ExecRecord>();
+
+impl ExecRecord {
+    /// Decodes one record from its native-endian bytes.
+    pub fn from_bytes(b: &[u8; EXEC_RECORD_SIZE]) -> Self {
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b.get(i..i + 8).unwrap_or(&[0; 8]));
+            u64::from_ne_bytes(w)
+        };
+        let mut site = [0u8; 4];
+        site.copy_from_slice(b.get(16..20).unwrap_or(&[0; 4]));
+        let mut cpu = [0u8; 2];
+        cpu.copy_from_slice(b.get(20..22).unwrap_or(&[0; 2]));
+        Self {
+            start: u64_at(0),
+            end: u64_at(8),
+            site: u32::from_ne_bytes(site),
+            cpu: u16::from_ne_bytes(cpu),
+            path: b.get(22).copied().unwrap_or(0),
+            trapped: b.get(23).copied().unwrap_or(0),
+        }
+    }
+}
