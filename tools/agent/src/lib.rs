@@ -1,0 +1,22 @@
+//! Platform library of textpoke's guest agent.
+//!
+//! The agent runs as PID 1 in a tiny QEMU guest (static musl binary, busybox userland) and
+//! drives textpoke's scenarios; this library is what it stands on:
+//!
+//! * [`ktap`]: KTAP version 1 output to `/dev/kmsg`, streamed or buffered;
+//! * [`sys`]: mounts, module loading and unloading, reboot, the kernel command line, CPU lists,
+//!   running code as an unprivileged user, errno-preserving file I/O, `/proc/interrupts` and the
+//!   kernel log;
+//! * [`kcore`]: reading kernel memory through `/proc/kcore`;
+//! * [`perf`]: a `PERF_RECORD_TEXT_POKE` recorder with a ring buffer on every CPU;
+//! * [`realperf`]: driving Debian's `perf record --kcore` / `perf script` and parsing the
+//!   text-poke events it prints.
+//!
+//! Everything that can be checked without a kernel (parsers, the KTAP writer, the ring-buffer
+//! copy and the record decoding) has host unit tests.
+
+pub mod kcore;
+pub mod ktap;
+pub mod perf;
+pub mod realperf;
+pub mod sys;

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Builds the initramfs a textpoke test guest boots from.
+#
+#   tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]
+#
+# Contents:
+#   /init                  tools/guest/init (mounts, users, then execs the agent)
+#   /bin/busybox           static busybox; /init creates the applet links at boot, which is
+#                          faster to pack and unpack than hundreds of links in the archive
+#   /bin/textpoke-agent    the guest agent (static)
+#   /lib/textpoke/*.ko     every .ko under <modules-dir>, flattened to its file name
+#   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
+#                          tools/perf-bundle.sh (left out with --no-perf)
+#   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
+#                          (written by hand: no mknod, so no root needed)
+#
+# The archive is newc and uncompressed: QEMU hands it over with -initrd, and the guest unpacks
+# it faster than it could decompress it under TCG.
+#
+# Incremental: the tree is staged in $TEXTPOKE_CACHE/initramfs/<arch>/root, and the cpio is
+# rewritten only when the hash of the staged tree (contents, modes, links) or of this script
+# changed, or <out.cpio> was modified or removed since it was written. Progress goes to
+# stderr.
+set -euo pipefail
+
+usage() {
+	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]" >&2
+	exit 2
+}
+
+perf=1
+args=()
+for a in "$@"; do
+	case "$a" in
+	--no-perf) perf=0 ;;
+	-h | --help) usage ;;
+	-*) echo "tools/initramfs.sh: unknown option $a" >&2 && usage ;;
+	*) args+=("$a") ;;
+	esac
+done
+[ ${#args[@]} -eq 4 ] || usage
+arch=${args[0]}
+moddir=${args[1]}
+agent=${args[2]}
+out=${args[3]}
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+work=$cache/initramfs/$arch
+stage=$work/root
+
+log() { printf '[initramfs %s] %s\n' "$arch" "$*" >&2; }
+die() {
+	printf 'tools/initramfs.sh: %s\n' "$*" >&2
+	exit 1
+}
+
+# ELF e_machine as the two little-endian bytes at offset 18, to catch a binary built for the
+# other arch here rather than as an "Exec format error" deep in a guest boot.
+case "$arch" in
+x86_64) machine="3e 00" ;;
+arm64) machine="b7 00" ;;
+*) usage ;;
+esac
+elf_machine() { od -An -tx1 -j18 -N2 "$1" | tr -s ' ' | sed 's/^ //; s/ $//'; }
+is_elf() { [ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" = 7f454c46 ]; }
+
+[ -d "$moddir" ] || die "modules directory $moddir does not exist"
+[ -f "$agent" ] || die "agent $agent does not exist"
+if is_elf "$agent" && [ "$(elf_machine "$agent")" != "$machine" ]; then
+	die "agent $agent is not an $arch ELF binary"
+fi
+
+mkdir -p "$work"
+# Two builds of the same arch would share the staging tree.
+exec 9>"$work/.lock"
+flock 9
+
+# --- busybox ----------------------------------------------------------------------------------
+
+busybox_binary() {
+	case "$arch" in
+	x86_64)
+		# The host is amd64 and has Debian's busybox-static (tools/install-deps.sh).
+		[ -x /bin/busybox ] || die "/bin/busybox missing: install busybox-static (tools/install-deps.sh)"
+		is_elf /bin/busybox && "$READELF" -lW /bin/busybox | grep -q INTERP &&
+			die "/bin/busybox is dynamically linked: install busybox-static"
+		echo /bin/busybox
+		;;
+	arm64)
+		# Downloaded (not installed) by tools/install-deps.sh; unpacked once per .deb.
+		local deb dir
+		deb=$(find "$cache/debs" -maxdepth 1 -name 'busybox-static_*_arm64.deb' | sort | tail -n 1)
+		[ -n "$deb" ] || die "no busybox-static arm64 .deb in $cache/debs: run tools/install-deps.sh"
+		dir=$work/busybox/$(basename "$deb" .deb)
+		if [ ! -x "$dir/bin/busybox" ]; then
+			rm -rf "$dir"
+			mkdir -p "$dir"
+			dpkg-deb -x "$deb" "$dir"
+		fi
+		echo "$dir/bin/busybox"
+		;;
+	esac
+}
+
+READELF=$(command -v readelf || command -v llvm-readelf) || die "neither readelf nor llvm-readelf found"
+
+# --- staging ----------------------------------------------------------------------------------
+
+# Rebuilt from scratch each time (tens of MB of copies, well under a second) so nothing stale
+# survives; the cpio itself is what is cached.
+rm -rf "$stage"
+mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,lib/textpoke,dev,proc,sys,tmp,root,etc}
+chmod 1777 "$stage/tmp"
+chmod 0700 "$stage/root"
+
+bb=$(busybox_binary)
+[ "$(elf_machine "$bb")" = "$machine" ] || die "$bb is not an $arch binary"
+cp "$bb" "$stage/bin/busybox"
+chmod 0755 "$stage/bin/busybox"
+
+install -m 0755 "$top/tools/guest/init" "$stage/init"
+install -m 0755 "$agent" "$stage/bin/textpoke-agent"
+
+nko=0
+while IFS= read -r -d '' ko; do
+	name=$(basename "$ko")
+	[ ! -e "$stage/lib/textpoke/$name" ] || die "two modules named $name under $moddir"
+	[ "$(elf_machine "$ko")" = "$machine" ] || die "$ko is not an $arch module"
+	install -m 0644 "$ko" "$stage/lib/textpoke/$name"
+	nko=$((nko + 1))
+done < <(find "$moddir" -name '*.ko' -type f -print0 | sort -z)
+[ "$nko" -gt 0 ] || log "warning: no .ko files under $moddir"
+
+if [ "$perf" = 1 ]; then
+	"$top/tools/perf-bundle.sh" "$arch" "$stage"
+fi
+
+# --- cpio -------------------------------------------------------------------------------------
+
+# What the archive is made of: every path with its type, mode and link target, every file's
+# contents, and this script (which decides how they are packed).
+inputs_hash() {
+	{
+		sha256sum "$0" | cut -d' ' -f1
+		(cd "$stage" && find . -printf '%y %m %p %l\n' | LC_ALL=C sort)
+		(cd "$stage" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+	} | sha256sum | cut -d' ' -f1
+}
+
+# One newc header plus its NUL-terminated, 4-byte padded name (no data: only for nodes and the
+# trailer). Fields: ino mode uid gid nlink mtime filesize devmajor devminor rdevmajor rdevminor
+# namesize check.
+newc_entry() {
+	local name=$1 ino=$2 mode=$3 rmaj=$4 rmin=$5
+	local namesize=$((${#name} + 1))
+	printf '070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X' \
+		"$ino" "$mode" 0 0 1 0 0 0 0 "$rmaj" "$rmin" "$namesize" 0
+	printf '%s\0' "$name"
+	head -c $(((4 - (110 + namesize) % 4) % 4)) /dev/zero
+}
+
+# The kernel opens /dev/console on the initramfs before running /init; without the node /init
+# starts with no stdin/stdout/stderr and nothing it prints reaches the serial console. Today's
+# guest kernels (CONFIG_INITRAMFS_SOURCE="") also carry the kernel's default built-in archive,
+# which has the node, but a kernel built with its own INITRAMFS_SOURCE would not, so the
+# archive brings its own. Creating it with mknod would need root, so it goes in a second,
+# hand-written archive appended to the first: the kernel unpacks concatenated archives in order
+# (the first one created /dev), skipping the zero padding between them.
+console_archive() {
+	newc_entry dev/console 1 $((0020000 | 0600)) 5 1
+	newc_entry 'TRAILER!!!' 0 0 0 0
+}
+
+# Every mtime to the epoch: the archive then depends only on what is in it.
+find "$stage" -exec touch -h -d @0 {} +
+
+hash=$(inputs_hash)
+stamp=$work/stamp-$(realpath -m "$out" | sha256sum | cut -c1-16)
+if [ -f "$out" ] && [ -f "$stamp" ] &&
+	[ "$(cat "$stamp")" = "$hash $(stat -c '%s %Y' "$out")" ]; then
+	log "up to date: $out ($(du -h "$out" | cut -f1))"
+	exit 0
+fi
+
+log "packing $(cd "$stage" && find . -type f | wc -l) files, $(du -sh "$stage" | cut -f1) ($nko modules, perf: $([ "$perf" = 1 ] && echo yes || echo no))"
+mkdir -p "$(dirname "$out")"
+tmp=$out.tmp.$$
+trap 'rm -f "$tmp"' EXIT
+{
+	# -R 0:0: everything owned by root whoever builds it; --reproducible: inode and device
+	# numbers from a counter, so (with the mtimes above) the same tree packs to the same bytes.
+	(cd "$stage" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort |
+		cpio --quiet -o -H newc -R 0:0 --reproducible)
+	console_archive
+} >"$tmp"
+mv "$tmp" "$out"
+trap - EXIT
+echo "$hash $(stat -c '%s %Y' "$out")" >"$stamp"
+log "wrote $out ($(du -h "$out" | cut -f1))"
