@@ -101,12 +101,6 @@ impl Batch {
         if self.entries.len() >= MAX_SITES {
             return Err(refuse("batch is full", errno::too_big()));
         }
-        if arch::is_guard(bytes) {
-            return Err(refuse("new instruction is the guard itself", errno::guard_collision()));
-        }
-        let insn = arch::Insn::decode(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
-        let new = InsnBytes::new(bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
-
         let mut sites = engine.sites.lock();
         let index = match sites.find(addr) {
             Found::Site(i) => i,
@@ -120,6 +114,11 @@ impl Batch {
         if site.batch != 0 {
             return Err(refuse("site owned by another batch in flight", errno::busy()));
         }
+        if arch::is_guard(bytes) {
+            return Err(refuse("new instruction is the guard itself", errno::guard_collision()));
+        }
+        let insn = arch::Insn::decode(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
+        let new = InsnBytes::new(bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         if new.len() != site.len() {
             return Err(refuse("instruction size differs from the site's", errno::wrong_size()));
         }

@@ -7,7 +7,7 @@
 //! textpoke at load and unregistered at unload. The guest agent drives everything through
 //! debugfs (`exerciser/uapi.rs`).
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+use core::sync::atomic::{AtomicU32, AtomicU8};
 use kernel::{prelude::*, sync::Arc};
 
 module! {
@@ -61,10 +61,9 @@ pub(crate) struct Shared {
     sites: KVVec<pool::Site>,
     /// Committed instruction of each site: 0 `off`, 1 `on`.
     state: KVVec<AtomicU8>,
-    /// Batches of this module in flight.
-    in_flight: AtomicU32,
-    /// Bumped whenever a batch starts or ends.
-    generation: AtomicU64,
+    /// Per site, a sequence count: odd while a batch changing the site is in flight, bumped
+    /// when it starts and when it ends. Executors log the executions it says overlap a batch.
+    epoch: KVVec<AtomicU32>,
     /// Functions in the call pool (size of each executor's trampoline-hit array).
     call_functions: usize,
 }
@@ -87,6 +86,7 @@ impl kernel::Module for Exerciser {
             }
         }
         let mut state = KVVec::new();
+        let mut epoch = KVVec::new();
         for (i, s) in sites.iter().enumerate() {
             if let Err(e) = engine_api::register_site(module, s.addr, s.len) {
                 for done in sites.iter().take(i) {
@@ -95,13 +95,13 @@ impl kernel::Module for Exerciser {
                 return Err(e);
             }
             state.push(AtomicU8::new(0), GFP_KERNEL)?;
+            epoch.push(AtomicU32::new(0), GFP_KERNEL)?;
         }
         let shared = Arc::new(
             Shared {
                 sites,
                 state,
-                in_flight: AtomicU32::new(0),
-                generation: AtomicU64::new(0),
+                epoch,
                 call_functions,
             },
             GFP_KERNEL,

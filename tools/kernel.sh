@@ -78,7 +78,9 @@ if [ "$variant" = patched ]; then
 	if ! diff -rq "$applied" "$top/tools/patches" >/dev/null 2>&1; then
 		if [ -d "$applied" ]; then
 			stage "reverting the previously applied patch series"
-			for p in $(ls -r "$applied"/*.patch); do
+			old_series=("$applied"/*.patch)
+			for ((i = ${#old_series[@]} - 1; i >= 0; i--)); do
+				p=${old_series[i]}
 				patch -d "$srcdir" -p1 -R -s --no-backup-if-mismatch <"$p" ||
 					die "cannot revert $(basename "$p"); remove $srcdir to start over"
 			done

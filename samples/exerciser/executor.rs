@@ -5,9 +5,9 @@
 //! Each execution is timed with perf's clock and classified: which instruction ran (the
 //! function's return value, or for call sites whether the trampoline counted it) and whether
 //! it trapped (this CPU's guard-trap count changed across the call; preemption is off, so
-//! nothing else ran on this CPU in between). While any batch of the exerciser is in flight,
-//! executions are logged for the guest agent's ordering check. Outside batches the expected
-//! instruction is known, so those executions are checked on the spot.
+//! nothing else ran on this CPU in between). Executions that overlap a batch changing their
+//! site are logged for the guest agent's ordering check. The others ran with the site's
+//! committed instruction in place, which is known, so they are checked on the spot.
 
 use super::pool::{PoolKind, Site};
 use super::uapi::ExecRecord;
@@ -60,7 +60,7 @@ pub(crate) struct Executor {
 }
 
 /// Most executions one executor logs per scenario (24 bytes each).
-const LOG_CAPACITY: usize = 1 << 18;
+const LOG_CAPACITY: usize = 1 << 19;
 
 /// Runs `site` once; returns 1 if its `on` instruction's behaviour ran.
 fn execute(site: &Site, hits: &mut [u64]) -> u8 {
@@ -95,8 +95,13 @@ fn run(ex: &Executor) {
         let Some(site) = shared.sites.get(index) else {
             continue;
         };
-        let generation = shared.generation.load(Ordering::Acquire);
-        let window = shared.in_flight.load(Ordering::Acquire) > 0;
+        let Some(epoch) = shared.epoch.get(index) else {
+            continue;
+        };
+        // A seqlock read: if the epoch is even and unchanged across the execution, no batch
+        // touched the site meanwhile and `committed` is what it held throughout.
+        let before = epoch.load(Ordering::Acquire);
+        let committed = shared.state.get(index).map_or(0, |s| s.load(Ordering::Acquire));
         let (record, trapped) = {
             let _pinned = NoPreempt::new();
             let traps = engine_api::cpu_traps(ex.cpu);
@@ -118,23 +123,18 @@ fn run(ex: &Executor) {
         c.executions.fetch_add(1, Ordering::Relaxed);
         c.on.fetch_add(u64::from(record.path), Ordering::Relaxed);
         c.trapped.fetch_add(u64::from(trapped), Ordering::Relaxed);
-        if window {
+        if before % 2 == 1 || epoch.load(Ordering::Acquire) != before {
             c.windowed.fetch_add(1, Ordering::Relaxed);
             // Capacity is reserved up front, so a push never allocates.
             if log.len() >= LOG_CAPACITY || log.push(record, GFP_KERNEL).is_err() {
                 ex.dropped.fetch_add(1, Ordering::Relaxed);
             }
-        } else if shared.generation.load(Ordering::Acquire) == generation {
-            // No batch started or ended around this execution, so the site held its committed
-            // instruction throughout, with no guard.
-            let expected = shared.state.get(index).map_or(0, |s| s.load(Ordering::Acquire));
-            if record.path != expected {
-                ex.stable_violations.fetch_add(1, Ordering::Relaxed);
-            } else if trapped {
-                // A guard that was already gone (see textpoke's `trap::guard_vanished`): the
-                // execution behaved as the committed instruction, so this is no violation.
-                ex.late_traps.fetch_add(1, Ordering::Relaxed);
-            }
+        } else if record.path != committed {
+            ex.stable_violations.fetch_add(1, Ordering::Relaxed);
+        } else if trapped {
+            // A stale copy of a guard that was already gone (textpoke's `trap::vanished_guard`):
+            // the execution behaved as the committed instruction, so this is no violation.
+            ex.late_traps.fetch_add(1, Ordering::Relaxed);
         }
         n = n.wrapping_add(1);
         if n % 128 == 0 {

@@ -103,10 +103,16 @@ fn flip(p: &Poker, g: &Group, on: bool) -> Result {
         let site = shared.sites.get(i).ok_or(EINVAL)?;
         batch.add(site.addr, if on { site.on() } else { site.off() })?;
     }
-    // The executors log while any batch is in flight; the generation tells them a batch started
-    // or ended during an execution they check against the committed state.
-    shared.in_flight.fetch_add(1, Ordering::SeqCst);
-    shared.generation.fetch_add(1, Ordering::SeqCst);
+    // Odd epochs tell the executors these sites are changing: they log their executions for the
+    // ordering check instead of checking them against the committed state.
+    let bump = |p: &Poker| {
+        for &i in g.sites.iter() {
+            if let Some(e) = p.shared.epoch.get(i) {
+                e.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    };
+    bump(p);
     let start = clock::now();
     let committed = batch.commit();
     let end = clock::now();
@@ -117,8 +123,7 @@ fn flip(p: &Poker, g: &Group, on: bool) -> Result {
             }
         }
     }
-    shared.generation.fetch_add(1, Ordering::SeqCst);
-    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    bump(p);
     let record = BatchRecord {
         poker: p.index,
         group: g.index,

@@ -10,13 +10,21 @@
 //! * [`kcore`]: reading kernel memory through `/proc/kcore`;
 //! * [`perf`]: a `PERF_RECORD_TEXT_POKE` recorder with a ring buffer on every CPU;
 //! * [`realperf`]: driving Debian's `perf record --kcore` / `perf script` and parsing the
-//!   text-poke events it prints.
+//!   text-poke events it prints;
+//! * [`exerciser`]: the exerciser module's debugfs interface ([`uapi`] is its shared half);
+//! * [`checks`]: the ordering invariant, record matching and kcore replay over that evidence.
 //!
 //! Everything that can be checked without a kernel (parsers, the KTAP writer, the ring-buffer
 //! copy and the record decoding) has host unit tests.
 
+pub mod checks;
+pub mod exerciser;
 pub mod kcore;
 pub mod ktap;
 pub mod perf;
 pub mod realperf;
 pub mod sys;
+
+/// The exerciser's userspace interface, shared with the kernel module.
+#[path = "../../../samples/exerciser/uapi.rs"]
+pub mod uapi;

@@ -437,7 +437,7 @@ impl Ring {
 }
 
 /// One `PERF_RECORD_TEXT_POKE` record, owned.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TextPokeRec {
     /// The CPU whose buffer held it.
     pub cpu_of_buffer: u32,

@@ -72,6 +72,9 @@ struct BootArgs {
     /// Emulator binary to run instead of qemu-system-x86_64/qemu-system-aarch64.
     #[arg(long, value_name = "PROGRAM")]
     qemu: Option<String>,
+    /// Multi-threaded TCG (one host thread per vCPU) instead of single-threaded.
+    #[arg(long)]
+    mttcg: bool,
     /// Do not echo KTAP results and splats while the guest runs.
     #[arg(long, short)]
     quiet: bool,
@@ -127,6 +130,7 @@ fn boot(args: BootArgs) -> Result<bool> {
         mem_mb: args.mem,
         append: args.append,
         qemu: args.qemu,
+        mttcg: args.mttcg,
     };
     let cmd = qemu::command(&machine);
     let name = args.name.clone();

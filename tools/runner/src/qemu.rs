@@ -63,6 +63,8 @@ pub struct Machine {
     pub append: Option<String>,
     /// The emulator to run instead of the usual `qemu-system-*` from `PATH`.
     pub qemu: Option<String>,
+    /// Run every vCPU in its own host thread (MTTCG) instead of round-robin in one.
+    pub mttcg: bool,
 }
 
 /// The QEMU command line for a machine, program first.
@@ -94,8 +96,12 @@ pub fn command(m: &Machine) -> Vec<String> {
         machine,
         "-cpu",
         cpu,
+        // Single-threaded TCG by default: under MTTCG a vCPU was seen executing a stale
+        // translation of an instruction another vCPU had replaced, after the guest's
+        // synchronizing IPI (docs/results.md), which no real CPU does. Round-robin vCPUs also
+        // interleave more often inside a patching window.
         "-accel",
-        "tcg,thread=multi",
+        if m.mttcg { "tcg,thread=multi" } else { "tcg,thread=single" },
         "-smp",
         &m.smp.to_string(),
         "-m",
@@ -388,6 +394,7 @@ mod tests {
             mem_mb: 2048,
             append: Some("  textpoke.debug=1 ".into()),
             qemu: None,
+            mttcg: false,
         }
     }
 
@@ -396,7 +403,7 @@ mod tests {
         let cmd = command(&machine(Arch::X86_64));
         assert_eq!(
             shell_words(&cmd),
-            "qemu-system-x86_64 -M q35 -cpu max -accel tcg,thread=multi -smp 4 -m 2048 \
+            "qemu-system-x86_64 -M q35 -cpu max -accel tcg,thread=single -smp 4 -m 2048 \
              -nodefaults -nographic -no-reboot -serial stdio -monitor none \
              -kernel /k/bzImage -initrd /tmp/init.cpio -append 'console=ttyS0 \
              earlycon=uart8250,io,0x3f8 panic_on_warn=1 oops=panic panic=-1 \

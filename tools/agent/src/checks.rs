@@ -1,0 +1,299 @@
+//! The verifications the agent runs on a scenario's evidence: the ordering invariant, record
+//! matching, and kcore replay. Pure functions over parsed data, unit-tested on the host.
+
+use crate::exerciser::Site;
+use crate::perf::TextPokeRec;
+use crate::uapi::ExecRecord;
+use std::collections::{BTreeMap, HashMap};
+use textpoke_core::record::{ReplayError, TextImage};
+
+/// A site's switch-over points: the records' timestamps and the path in effect after each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timeline {
+    /// Path in effect before the first record.
+    pub initial: u8,
+    /// (record time, path after it), in time order.
+    pub events: Vec<(u64, u8)>,
+}
+
+impl Timeline {
+    /// Path in effect after the first `j` events.
+    fn path(&self, j: usize) -> u8 {
+        match j.checked_sub(1) {
+            None => self.initial,
+            Some(i) => self.events.get(i).map_or(self.initial, |e| e.1),
+        }
+    }
+
+    /// Number of events at or before `t`.
+    fn count_at(&self, t: u64) -> usize {
+        self.events.partition_point(|e| e.0 <= t)
+    }
+}
+
+/// Builds each site's timeline from the records that touch it.
+///
+/// A record whose new bytes are neither of the site's instructions is an error.
+pub fn timelines(sites: &[Site], pokes: &[TextPokeRec]) -> Result<HashMap<usize, Timeline>, String> {
+    let by_addr: HashMap<u64, &Site> = sites.iter().map(|s| (s.addr, s)).collect();
+    let mut out: HashMap<usize, Timeline> = HashMap::new();
+    let mut sorted: Vec<&TextPokeRec> = pokes.iter().filter(|p| by_addr.contains_key(&p.addr)).collect();
+    sorted.sort_by_key(|p| p.time);
+    for p in sorted {
+        let site = by_addr[&p.addr];
+        let path = |bytes: &[u8]| -> Result<u8, String> {
+            if bytes == site.on.as_slice() {
+                Ok(1)
+            } else if bytes == site.off.as_slice() {
+                Ok(0)
+            } else {
+                Err(format!("record at {:#x} with bytes {bytes:02x?} that are neither of the site's", p.addr))
+            }
+        };
+        let (old, new) = (path(&p.old)?, path(&p.new)?);
+        let t = out.entry(site.index).or_insert_with(|| Timeline {
+            initial: old,
+            events: Vec::new(),
+        });
+        t.events.push((p.time, new));
+    }
+    Ok(out)
+}
+
+/// What the ordering check found.
+#[derive(Clone, Debug, Default)]
+pub struct OrderingReport {
+    /// Executions checked.
+    pub checked: u64,
+    /// Executions that broke the invariant.
+    pub violations: u64,
+    /// Descriptions of the first few violations.
+    pub examples: Vec<String>,
+    /// Per site kind: (old, new, trapped) executions, relative to the nearest record.
+    pub by_kind: BTreeMap<String, [u64; 3]>,
+}
+
+/// Checks every logged execution against its site's timeline.
+///
+/// The invariant (seed 000, kernel/plan.rs): an execution that did not trap ran the instruction
+/// in effect at some moment between its start and end, that is the old one only if it started
+/// before the record and the new one only if it ended after it. A trapped execution behaved as
+/// the new instruction of a batch whose guard was up during it, so as the path after an event
+/// `k` whose neighbours do not exclude it (`T[k-1] <= end` and `start <= T[k+1]`).
+pub fn check_ordering(sites: &[Site], lines: &HashMap<usize, Timeline>, execs: &[ExecRecord]) -> OrderingReport {
+    let mut r = OrderingReport::default();
+    let empty = Timeline::default();
+    for e in execs {
+        let Some(site) = sites.get(e.site as usize) else {
+            r.violations += 1;
+            r.examples.push(format!("execution of unknown site {}", e.site));
+            continue;
+        };
+        let t = lines.get(&site.index).unwrap_or(&empty);
+        let (j0, j1) = (t.count_at(e.start), t.count_at(e.end));
+        r.checked += 1;
+        let ok = if e.trapped != 0 {
+            // Event k (1-based) is possible if T[k-1] <= end and start <= T[k+1].
+            let lo = j0.max(1);
+            let hi = (j1 + 1).min(t.events.len());
+            (lo..=hi).any(|k| t.path(k) == e.path) || (t.events.is_empty() && e.path == t.initial)
+        } else {
+            (j0..=j1).any(|j| t.path(j) == e.path)
+        };
+        let counts = r.by_kind.entry(site.kind.clone()).or_insert([0; 3]);
+        if e.trapped != 0 {
+            counts[2] += 1;
+        } else {
+            // Old or new relative to the record nearest in time.
+            let mid = e.start / 2 + e.end / 2;
+            let k = t.count_at(mid);
+            let before_next = t.events.get(k).map(|n| n.0.saturating_sub(mid));
+            let after_prev = k.checked_sub(1).and_then(|i| t.events.get(i)).map(|p| mid.saturating_sub(p.0));
+            let is_old = match (before_next, after_prev) {
+                (Some(b), Some(a)) => b < a,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            counts[usize::from(!is_old)] += 1;
+        }
+        if !ok {
+            r.violations += 1;
+            if r.examples.len() < 8 {
+                r.examples.push(format!(
+                    "site {} ({} at {:#x}) cpu {} path {} trapped {} during [{}, {}]: records before start {}, before end {}, timeline {:?}",
+                    site.index,
+                    site.kind,
+                    site.addr,
+                    e.cpu,
+                    e.path,
+                    e.trapped,
+                    e.start,
+                    e.end,
+                    j0,
+                    j1,
+                    t.events.iter().take(6).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    r
+}
+
+/// Checks that two record streams describe the same pokes: same count, and for every address
+/// the same sequence of (old, new). `a` and `b` name the streams in messages.
+pub fn same_pokes(a_name: &str, a: &[TextPokeRec], b_name: &str, b: &[TextPokeRec]) -> Result<usize, String> {
+    type Seq<'x> = BTreeMap<u64, Vec<(&'x [u8], &'x [u8])>>;
+    fn per_addr(recs: &[TextPokeRec]) -> Seq<'_> {
+        let mut sorted: Vec<&TextPokeRec> = recs.iter().collect();
+        sorted.sort_by_key(|r| (r.time, r.id));
+        let mut m: Seq<'_> = BTreeMap::new();
+        for r in sorted {
+            m.entry(r.addr).or_default().push((&r.old, &r.new));
+        }
+        m
+    }
+    if a.len() != b.len() {
+        return Err(format!("{a_name} has {} records, {b_name} has {}", a.len(), b.len()));
+    }
+    let (ma, mb) = (per_addr(a), per_addr(b));
+    for (addr, seq) in &ma {
+        match mb.get(addr) {
+            Some(other) if other == seq => {}
+            Some(other) => {
+                return Err(format!(
+                    "at {addr:#x}: {a_name} has {} pokes {:02x?}..., {b_name} has {} pokes {:02x?}...",
+                    seq.len(),
+                    seq.first(),
+                    other.len(),
+                    other.first()
+                ))
+            }
+            None => return Err(format!("{a_name} pokes {addr:#x}, {b_name} never does")),
+        }
+    }
+    Ok(a.len())
+}
+
+/// Replays `pokes` (in time order) onto `before`, a snapshot of `[base, base + len)`, and checks
+/// the result equals `after`. Pokes outside the region are ignored.
+pub fn replay(base: u64, before: &[u8], after: &[u8], pokes: &[TextPokeRec]) -> Result<usize, String> {
+    let mut image = before.to_vec();
+    let mut sorted: Vec<&TextPokeRec> = pokes.iter().collect();
+    sorted.sort_by_key(|p| (p.time, p.id));
+    let mut applied = 0;
+    {
+        let mut t = TextImage::new(base, &mut image);
+        for p in sorted {
+            match t.apply(&p.as_text_poke()) {
+                Ok(textpoke_core::record::Applied::NotCovered) => {}
+                Ok(_) => applied += 1,
+                Err(ReplayError::OldMismatch { offset }) => {
+                    return Err(format!("record at {:#x}: old bytes differ at offset {offset}", p.addr))
+                }
+                Err(e) => return Err(format!("record at {:#x}: {}", p.addr, e.as_str())),
+            }
+        }
+    }
+    if image != after {
+        let first = image.iter().zip(after).position(|(x, y)| x != y).unwrap_or(0);
+        return Err(format!("replayed text differs from kcore at {:#x}", base + first as u64));
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(index: usize, addr: u64) -> Site {
+        Site {
+            index,
+            kind: "jmp32".into(),
+            addr,
+            len: 5,
+            off: vec![0x0f, 0x1f, 0x44, 0, 0],
+            on: vec![0xe9, 1, 0, 0, 0],
+        }
+    }
+
+    fn poke(addr: u64, time: u64, on: bool, s: &Site) -> TextPokeRec {
+        let (old, new) = if on { (s.off.clone(), s.on.clone()) } else { (s.on.clone(), s.off.clone()) };
+        TextPokeRec {
+            addr,
+            old,
+            new,
+            time,
+            ..TextPokeRec::default()
+        }
+    }
+
+    fn exec(site: u32, start: u64, end: u64, path: u8, trapped: u8) -> ExecRecord {
+        ExecRecord {
+            start,
+            end,
+            site,
+            cpu: 0,
+            path,
+            trapped,
+        }
+    }
+
+    #[test]
+    fn ordering_accepts_the_protocol_and_rejects_each_violation() {
+        let s = site(0, 0x1000);
+        let sites = vec![s.clone()];
+        // Off until 100, on until 200, off after.
+        let pokes = vec![poke(0x1000, 100, true, &s), poke(0x1000, 200, false, &s)];
+        let lines = timelines(&sites, &pokes).unwrap();
+        let good = [
+            exec(0, 10, 20, 0, 0),    // old before the record
+            exec(0, 90, 110, 0, 0),   // old, started before the record
+            exec(0, 90, 110, 1, 0),   // new, ended after it
+            exec(0, 120, 130, 1, 0),  // new
+            exec(0, 95, 99, 1, 1),    // trapped before the record: emulates new
+            exec(0, 195, 198, 0, 1),  // trapped in the second batch's window: emulates its new
+        ];
+        let r = check_ordering(&sites, &lines, &good);
+        assert_eq!((r.checked, r.violations), (6, 0), "{:?}", r.examples);
+        let bad = [
+            exec(0, 101, 110, 0, 0), // old after the record
+            exec(0, 50, 99, 1, 0),   // new before the record
+            exec(0, 201, 210, 1, 0), // the first batch's new instruction after the second record
+            exec(0, 210, 220, 1, 1), // trapped after the last record, emulating a stale "on"
+        ];
+        let r = check_ordering(&sites, &lines, &bad);
+        assert_eq!(r.violations, 4, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn timelines_reject_foreign_bytes() {
+        let s = site(0, 0x1000);
+        let mut p = poke(0x1000, 1, true, &s);
+        p.new = vec![0xcc; 5];
+        assert!(timelines(&[s], &[p]).is_err());
+    }
+
+    #[test]
+    fn same_pokes_compares_per_address_sequences() {
+        let s = site(0, 0x1000);
+        let a = vec![poke(0x1000, 1, true, &s), poke(0x1000, 2, false, &s)];
+        let mut b = a.clone();
+        assert_eq!(same_pokes("a", &a, "b", &b), Ok(2));
+        b.swap(0, 1);
+        b[0].time = 1;
+        b[1].time = 2;
+        assert!(same_pokes("a", &a, "b", &b).is_err());
+        assert!(same_pokes("a", &a, "b", &a[..1]).is_err());
+    }
+
+    #[test]
+    fn replay_detects_a_missing_record() {
+        let s = site(0, 0x1004);
+        let before: Vec<u8> = [vec![0; 4], s.off.clone(), vec![0; 3]].concat();
+        let after: Vec<u8> = [vec![0; 4], s.on.clone(), vec![0; 3]].concat();
+        let pokes = vec![poke(0x1004, 1, true, &s), poke(0x1004, 2, false, &s), poke(0x1004, 3, true, &s)];
+        assert_eq!(replay(0x1000, &before, &after, &pokes), Ok(3));
+        assert!(replay(0x1000, &before, &after, &pokes[..2]).is_err());
+        assert!(replay(0x1000, &before, &after, &[pokes[0].clone(), pokes[2].clone()]).is_err());
+    }
+}

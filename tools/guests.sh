@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds everything a guest boot needs for one arch and prints the paths, one per line:
+#
+#   tools/guests.sh <x86_64|arm64> [patched|unpatched]
+#   -> kernel image, initramfs
+#
+# Each step is cached and incremental: the kernel (tools/kernel.sh), the modules
+# (tools/modules.sh), the static guest agent (cargo, in $TEXTPOKE_CACHE/cargo-guest) and the
+# initramfs (tools/initramfs.sh). Progress goes to stderr.
+set -euo pipefail
+
+arch=${1:?usage: tools/guests.sh <x86_64|arm64> [patched|unpatched]}
+variant=${2:-patched}
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+export PATH="$HOME/.cargo/bin:$PATH"
+
+case $arch in
+x86_64) triple=x86_64-unknown-linux-musl image=arch/x86/boot/bzImage ;;
+arm64) triple=aarch64-unknown-linux-musl image=arch/arm64/boot/Image ;;
+*) echo "tools/guests.sh: unknown arch $arch" >&2; exit 1 ;;
+esac
+
+kdir=$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)
+modules=$("$top/tools/modules.sh" "$arch" "$variant" | tail -n 1)
+
+echo "[guest $arch] agent ($triple)" >&2
+# rust-lld links the aarch64 musl binary on an x86 host without a cross toolchain.
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld \
+	CARGO_TARGET_DIR="$cache/cargo-guest" \
+	cargo build --quiet --manifest-path "$top/Cargo.toml" -p textpoke-agent --profile guest --target "$triple" >&2
+agent=$cache/cargo-guest/$triple/guest/textpoke-agent
+
+initramfs=$cache/initramfs-$arch-$variant.cpio
+perf=()
+# The unpatched kernel only serves the check that textpoke refuses to load: no perf needed.
+[ "$variant" = patched ] || perf=(--no-perf)
+"$top/tools/initramfs.sh" "$arch" "$modules" "$agent" "$initramfs" "${perf[@]}" >&2
+
+echo "$kdir/$image"
+echo "$initramfs"
