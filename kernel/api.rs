@@ -99,7 +99,10 @@ pub(crate) unsafe extern "C" fn textpoke_encode(
         }
         Ok(_) => errno::wrong_size().to_errno(),
         Err(e) => {
-            pr_err!("encode {op:?} at {site:#x} to {target:#x}: {}\n", e.as_str());
+            pr_err!(
+                "encode {op:?} at {site:#x} to {target:#x}: {}\n",
+                e.as_str()
+            );
             errno::insn(e).to_errno()
         }
     }
@@ -119,7 +122,10 @@ pub(crate) unsafe extern "C" fn textpoke_register_site(
     with_engine(|engine| {
         // SAFETY: The caller passes its own, live module.
         let owner = unsafe { Module::from_raw(owner) }.ok_or(EINVAL)?;
-        engine.sites.lock().register(owner, addr as usize as u64, len)
+        engine
+            .sites
+            .lock()
+            .register(owner, addr as usize as u64, len)
     })
 }
 
@@ -210,7 +216,10 @@ pub(crate) unsafe extern "C" fn textpoke_batch_commit(batch: *mut c_void) -> c_i
 ///
 /// `batch` as for [`batch_mut`]; `out` null or valid for a write of the stats struct.
 #[no_mangle]
-pub(crate) unsafe extern "C" fn textpoke_batch_stats(batch: *mut c_void, out: *mut BatchStats) -> c_int {
+pub(crate) unsafe extern "C" fn textpoke_batch_stats(
+    batch: *mut c_void,
+    out: *mut BatchStats,
+) -> c_int {
     // SAFETY: Forwarded from the caller.
     let Ok(batch) = (unsafe { batch_mut(batch) }) else {
         return EINVAL.to_errno();

@@ -112,15 +112,25 @@ impl Batch {
             return Err(refuse("site already in this batch", errno::duplicate()));
         }
         if site.batch != 0 {
-            return Err(refuse("site owned by another batch in flight", errno::busy()));
+            return Err(refuse(
+                "site owned by another batch in flight",
+                errno::busy(),
+            ));
         }
         if arch::is_guard(bytes) {
-            return Err(refuse("new instruction is the guard itself", errno::guard_collision()));
+            return Err(refuse(
+                "new instruction is the guard itself",
+                errno::guard_collision(),
+            ));
         }
-        let insn = arch::Insn::decode(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
+        let insn =
+            arch::Insn::decode(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         let new = InsnBytes::new(bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         if new.len() != site.len() {
-            return Err(refuse("instruction size differs from the site's", errno::wrong_size()));
+            return Err(refuse(
+                "instruction size differs from the site's",
+                errno::wrong_size(),
+            ));
         }
         let owner = site
             .owner
@@ -159,7 +169,10 @@ impl Batch {
             let now = now.get_mut(..e.old.len()).ok_or(errno::wrong_size())?;
             kernel_text::read(e.addr, now)?;
             if *now != *e.old.as_slice() {
-                pr_err!("batch {id}: site {:#x} changed behind textpoke's back\n", e.addr);
+                pr_err!(
+                    "batch {id}: site {:#x} changed behind textpoke's back\n",
+                    e.addr
+                );
                 return Err(errno::text_changed());
             }
         }
@@ -217,12 +230,15 @@ impl Batch {
         let t = &engine.stats.totals;
         if ran.is_ok() {
             t.batches.fetch_add(1, Ordering::Relaxed);
-            t.sites.fetch_add(u64::from(self.stats.sites), Ordering::Relaxed);
+            t.sites
+                .fetch_add(u64::from(self.stats.sites), Ordering::Relaxed);
         } else {
             t.failed.fetch_add(1, Ordering::Relaxed);
         }
-        t.syncs.fetch_add(u64::from(self.stats.syncs), Ordering::Relaxed);
-        t.records.fetch_add(u64::from(self.stats.records), Ordering::Relaxed);
+        t.syncs
+            .fetch_add(u64::from(self.stats.syncs), Ordering::Relaxed);
+        t.records
+            .fetch_add(u64::from(self.stats.records), Ordering::Relaxed);
         ran
     }
 
@@ -256,12 +272,20 @@ impl Batch {
                 }
                 Step::WriteHead(i) => {
                     let new = self.entries.get(i).map(|e| e.new);
-                    let head = new.as_ref().and_then(|n| n.as_slice().get(..arch::HEAD_LEN));
+                    let head = new
+                        .as_ref()
+                        .and_then(|n| n.as_slice().get(..arch::HEAD_LEN));
                     self.write(engine, &mut held, i, 0, head.unwrap_or(&[]))
                 }
                 Step::WriteWhole(i) => {
                     let new = self.entries.get(i).map(|e| e.new);
-                    self.write(engine, &mut held, i, 0, new.as_ref().map_or(&[][..], |n| n.as_slice()))
+                    self.write(
+                        engine,
+                        &mut held,
+                        i,
+                        0,
+                        new.as_ref().map_or(&[][..], |n| n.as_slice()),
+                    )
                 }
                 Step::Publish => Err(EINVAL),
             };
@@ -339,8 +363,18 @@ impl Batch {
             if kernel_text::read(e.addr, now).is_err() || !arch::is_guard(now) {
                 continue;
             }
-            let (addr, target) = (e.addr, if recorded.get(i).copied().unwrap_or(false) { e.new } else { e.old });
-            if self.write(engine, &mut held, i, 0, target.as_slice()).is_err() {
+            let (addr, target) = (
+                e.addr,
+                if recorded.get(i).copied().unwrap_or(false) {
+                    e.new
+                } else {
+                    e.old
+                },
+            );
+            if self
+                .write(engine, &mut held, i, 0, target.as_slice())
+                .is_err()
+            {
                 pr_err!("site {:#x} is stuck on its guard\n", addr);
             }
         }

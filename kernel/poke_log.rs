@@ -10,8 +10,8 @@
 //! perf's stream with this one record by record, and reads it from debugfs.
 
 use crate::record::{
-    self, SampleId, SampleIdLayout, PERF_RECORD_MISC_KERNEL, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    self, SampleId, SampleIdLayout, PERF_RECORD_MISC_KERNEL, PERF_SAMPLE_CPU,
+    PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 use kernel::{current, new_mutex, prelude::*, sync::Mutex};
 
@@ -61,11 +61,22 @@ impl PokeLog {
             ..SampleId::default()
         };
         let mut rec = [0u8; 128];
-        let written = record::write_text_poke(&mut rec, PERF_RECORD_MISC_KERNEL, addr, old, new, &sample, LAYOUT);
+        let written = record::write_text_poke(
+            &mut rec,
+            PERF_RECORD_MISC_KERNEL,
+            addr,
+            old,
+            new,
+            &sample,
+            LAYOUT,
+        );
         let fits = |b: &Buf, n: usize| b.bytes.len().saturating_add(n) <= CAPACITY;
         match written {
             Ok(n) if fits(&b, n) => {
-                if b.bytes.extend_from_slice(rec.get(..n).unwrap_or(&[]), GFP_KERNEL).is_err() {
+                if b.bytes
+                    .extend_from_slice(rec.get(..n).unwrap_or(&[]), GFP_KERNEL)
+                    .is_err()
+                {
                     b.dropped = b.dropped.saturating_add(1);
                 }
             }

@@ -34,7 +34,13 @@ fn change() -> Result<(Change, arch::Insn), &'static str> {
     let new = selftest_site::new();
     let old = selftest_site::OLD.encode(site).map_err(|e| e.as_str())?;
     let new_bytes = new.encode(site).map_err(|e| e.as_str())?;
-    Ok((Change { old, new: new_bytes }, new))
+    Ok((
+        Change {
+            old,
+            new: new_bytes,
+        },
+        new,
+    ))
 }
 
 fn plan_cost() -> Result<(), &'static str> {
@@ -55,8 +61,16 @@ fn pending_table(engine: &Engine) -> Result<(), &'static str> {
     // Addresses no CPU executes: only the table's bookkeeping is under test.
     let (_, insn) = change()?;
     let entries = [
-        PendingInsn { addr: 0x1000, len: 4, insn },
-        PendingInsn { addr: 0x2000, len: 4, insn },
+        PendingInsn {
+            addr: 0x1000,
+            len: 4,
+            insn,
+        },
+        PendingInsn {
+            addr: 0x2000,
+            len: 4,
+            insn,
+        },
     ];
     let found = engine
         .table
@@ -96,10 +110,14 @@ fn record_round_trip() -> Result<(), &'static str> {
         LAYOUT,
     )
     .map_err(|e| e.as_str())?;
-    let (parsed, used) = record::parse_record(buf.get(..n).unwrap_or(&[]), LAYOUT).map_err(|e| e.as_str())?;
+    let (parsed, used) =
+        record::parse_record(buf.get(..n).unwrap_or(&[]), LAYOUT).map_err(|e| e.as_str())?;
     match parsed {
         Record::TextPoke(p)
-            if used == n && p.addr == site && p.old == c.old.as_slice() && p.new == c.new.as_slice() =>
+            if used == n
+                && p.addr == site
+                && p.old == c.old.as_slice()
+                && p.new == c.new.as_slice() =>
         {
             Ok(())
         }
@@ -116,28 +134,36 @@ fn trap(engine: &Engine) -> Result<(), &'static str> {
         return Err("site did not hold its original instruction");
     }
     let len = u8::try_from(c.new.len()).map_err(|_| "length")?;
-    let entries = [PendingInsn { addr: site, len, insn }];
+    let entries = [PendingInsn {
+        addr: site,
+        len,
+        insn,
+    }];
     let write = |bytes: &[u8]| {
         let held = engine.series.lock_text();
         arch::write(&engine.series, &held, site, bytes).map_err(|_| "write failed")
     };
     let outcome = engine
         .table
-        .with_published(&entries, cpu::cond_resched, || -> Result<(u32, u64), &'static str> {
-            write(arch::GUARD)?;
-            arch::sync_all();
-            let observed = {
-                let _pinned = NoPreempt::new();
-                let c = cpu::current();
-                let before = engine.stats.cpu_traps(c);
-                let path = selftest_site::call();
-                (path, engine.stats.cpu_traps(c).wrapping_sub(before))
-            };
-            // Back to the original: the guard covers exactly the old head.
-            write(c.old.as_slice().get(..arch::HEAD_LEN).unwrap_or(&[]))?;
-            arch::sync_all();
-            Ok(observed)
-        })
+        .with_published(
+            &entries,
+            cpu::cond_resched,
+            || -> Result<(u32, u64), &'static str> {
+                write(arch::GUARD)?;
+                arch::sync_all();
+                let observed = {
+                    let _pinned = NoPreempt::new();
+                    let c = cpu::current();
+                    let before = engine.stats.cpu_traps(c);
+                    let path = selftest_site::call();
+                    (path, engine.stats.cpu_traps(c).wrapping_sub(before))
+                };
+                // Back to the original: the guard covers exactly the old head.
+                write(c.old.as_slice().get(..arch::HEAD_LEN).unwrap_or(&[]))?;
+                arch::sync_all();
+                Ok(observed)
+            },
+        )
         .map_err(|_| "publish refused")??;
     match outcome {
         (1, 1) if selftest_site::call() == 0 => Ok(()),

@@ -80,7 +80,10 @@ impl Sites {
     pub(crate) fn find(&self, addr: u64) -> Found {
         // The last site starting at or before `addr` is the only one that can cover it.
         let after = self.list.partition_point(|s| s.addr <= addr);
-        match after.checked_sub(1).and_then(|i| self.list.get(i).map(|s| (i, s))) {
+        match after
+            .checked_sub(1)
+            .and_then(|i| self.list.get(i).map(|s| (i, s)))
+        {
             Some((i, s)) if s.addr == addr => Found::Site(i),
             Some((_, s)) if addr < s.end() => Found::Inside,
             _ => Found::Nowhere,
@@ -94,18 +97,29 @@ impl Sites {
     /// `len` bytes.
     pub(crate) fn register(&mut self, owner: Module, addr: u64, len: usize) -> Result {
         if owner == self.engine || self.engine.text_contains(addr, 1) {
-            pr_err!("refusing site {:#x}: it is in textpoke's own text (the trap path)\n", addr);
+            pr_err!(
+                "refusing site {:#x}: it is in textpoke's own text (the trap path)\n",
+                addr
+            );
             return Err(errno::engine_text());
         }
         if len == 0 || len > MAX_INSN_LEN || !owner.text_contains(addr, len as u64) {
-            pr_err!("refusing site {:#x}+{}: not inside its module's text\n", addr, len);
+            pr_err!(
+                "refusing site {:#x}+{}: not inside its module's text\n",
+                addr,
+                len
+            );
             return Err(errno::outside_text());
         }
         let mut buf = [0u8; MAX_INSN_LEN];
         let bytes = buf.get_mut(..len).ok_or(errno::wrong_size())?;
         kernel_text::read(addr, bytes)?;
         arch::Insn::decode(addr, bytes).map_err(|e| {
-            pr_err!("refusing site {:#x}: its instruction: {}\n", addr, e.as_str());
+            pr_err!(
+                "refusing site {:#x}: its instruction: {}\n",
+                addr,
+                e.as_str()
+            );
             errno::insn(e)
         })?;
         let end = addr.saturating_add(len as u64);

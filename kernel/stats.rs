@@ -114,7 +114,11 @@ impl Stats {
                 .sum();
             writeln!(out, "traps.{} {n}", kind.name())?;
         }
-        let vanished: u64 = self.cpus.iter().map(|c| c.vanished.load(Ordering::Relaxed)).sum();
+        let vanished: u64 = self
+            .cpus
+            .iter()
+            .map(|c| c.vanished.load(Ordering::Relaxed))
+            .sum();
         writeln!(out, "traps.vanished_guard {vanished}")?;
         for (cpu, c) in self.cpus.iter().enumerate() {
             writeln!(out, "traps.cpu{cpu} {}", c.total.load(Ordering::Relaxed))?;

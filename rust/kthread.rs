@@ -51,7 +51,14 @@ impl<T: Send + Sync + 'static> Kthread<T> {
         let cpu = u32::try_from(cpu).map_err(|_| EINVAL)?;
         Self::start(state, run, |job| {
             // SAFETY: `thread_main::<T>` matches `job`'s type; `name` is NUL-terminated.
-            unsafe { bindings::kthread_create_on_cpu(Some(thread_main::<T>), job, cpu, name.as_char_ptr()) }
+            unsafe {
+                bindings::kthread_create_on_cpu(
+                    Some(thread_main::<T>),
+                    job,
+                    cpu,
+                    name.as_char_ptr(),
+                )
+            }
         })
     }
 

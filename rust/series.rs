@@ -10,7 +10,8 @@
 use kernel::{bindings, ffi::c_void, prelude::*, str::CStr};
 
 /// `perf_event_text_poke(addr, old, old_len, new, new_len)` (include/linux/perf_event.h).
-type PerfEventTextPoke = unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
+type PerfEventTextPoke =
+    unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
 /// `text_mutex_lock()` / `text_mutex_unlock()` (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
 /// `text_poke(addr, opcode, len)` (arch/x86/include/asm/text-patching.h).

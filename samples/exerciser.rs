@@ -112,17 +112,26 @@ impl kernel::Module for Exerciser {
         }
         let files = control::create(control::Control::new(shared.clone(), module)?, module)?;
         pr_info!("{} sites registered\n", shared.sites.len());
-        Ok(Self { _files: files, shared })
+        Ok(Self {
+            _files: files,
+            shared,
+        })
     }
 }
 
 /// arm64: turns every call function's first `NOP` into ftrace's `MOV X9, X30` prologue, once,
 /// before anything executes them (`MOV` may not be changed while other CPUs run it).
 fn install_prologues(shared: &Shared) -> Result {
-    let prologues = shared.sites.iter().enumerate().filter(|(_, s)| s.kind == pool::PoolKind::Prologue);
+    let prologues = shared
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind == pool::PoolKind::Prologue);
     let mut batch: Option<engine_api::Batch> = None;
     for (i, s) in prologues {
-        batch.get_or_insert(engine_api::Batch::begin()?).add(s.addr, s.on())?;
+        batch
+            .get_or_insert(engine_api::Batch::begin()?)
+            .add(s.addr, s.on())?;
         if let Some(st) = shared.state.get(i) {
             st.store(1, core::sync::atomic::Ordering::Relaxed);
         }

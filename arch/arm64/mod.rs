@@ -29,7 +29,11 @@ pub(crate) fn is_guard(bytes: &[u8]) -> bool {
 }
 
 /// The arm64 instruction for a generic operation of the C API (`enum textpoke_op`).
-pub(crate) fn insn_for(op: crate::api::Op, target: u64, len: usize) -> Result<Insn, crate::insn::InsnError> {
+pub(crate) fn insn_for(
+    op: crate::api::Op,
+    target: u64,
+    len: usize,
+) -> Result<Insn, crate::insn::InsnError> {
     use crate::api::Op;
     if len != insn::INSN_LEN {
         return Err(crate::insn::InsnError::LengthMismatch);

@@ -13,7 +13,12 @@ use kernel::{bindings, ffi::c_void, prelude::*};
 /// `DSB ISH`, `ISB`) follows on the executable address. Other CPUs still need a context
 /// synchronization event: that is [`sync_all`]. `text_mutex` is held to keep kprobes, which
 /// arms probes under it, away from the site in between.
-pub(crate) fn write(series: &Series, _held: &TextMutexGuard<'_>, addr: u64, bytes: &[u8]) -> Result {
+pub(crate) fn write(
+    series: &Series,
+    _held: &TextMutexGuard<'_>,
+    addr: u64,
+    bytes: &[u8],
+) -> Result {
     let word: [u8; 4] = bytes.try_into().map_err(|_| EINVAL)?;
     // SAFETY: `addr` is a registered, 4-byte aligned site inside a live module's text (validated
     // at registration, pinned by the batch).

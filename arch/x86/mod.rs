@@ -27,7 +27,11 @@ pub(crate) fn is_guard(bytes: &[u8]) -> bool {
 }
 
 /// The x86 instruction for a generic operation of the C API (`enum textpoke_op`).
-pub(crate) fn insn_for(op: crate::api::Op, target: u64, len: usize) -> Result<Insn, crate::insn::InsnError> {
+pub(crate) fn insn_for(
+    op: crate::api::Op,
+    target: u64,
+    len: usize,
+) -> Result<Insn, crate::insn::InsnError> {
     use crate::api::Op;
     use crate::insn::InsnError;
     match (op, len) {
@@ -36,7 +40,9 @@ pub(crate) fn insn_for(op: crate::api::Op, target: u64, len: usize) -> Result<In
         (Op::Jmp, 2) => Ok(Insn::JmpRel8 { target }),
         (Op::Jmp, 5) => Ok(Insn::JmpRel32 { target }),
         (Op::Call, 5) => Ok(Insn::CallRel32 { target }),
-        (Op::Ret, _) => u8::try_from(len).map(|len| Insn::Ret { len }).map_err(|_| InsnError::LengthMismatch),
+        (Op::Ret, _) => u8::try_from(len)
+            .map(|len| Insn::Ret { len })
+            .map_err(|_| InsnError::LengthMismatch),
         (Op::MovX9X30, _) => Err(InsnError::Unsupported),
         _ => Err(InsnError::LengthMismatch),
     }

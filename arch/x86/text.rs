@@ -10,7 +10,12 @@ use kernel::{ffi::c_void, prelude::*};
 ///
 /// Holding `text_mutex` (the guard) is what `text_poke()` asserts, and serializes with every
 /// in-kernel poker. x86 writes cannot fail once the site is validated module text.
-pub(crate) fn write(series: &Series, _held: &TextMutexGuard<'_>, addr: u64, bytes: &[u8]) -> Result {
+pub(crate) fn write(
+    series: &Series,
+    _held: &TextMutexGuard<'_>,
+    addr: u64,
+    bytes: &[u8],
+) -> Result {
     // SAFETY: `addr` is a registered site (inside a live module's text, validated at
     // registration, pinned by the batch), `bytes` is valid for `len` bytes, and `text_mutex`
     // is held as `text_poke()` requires.

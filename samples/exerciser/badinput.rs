@@ -43,7 +43,12 @@ fn guard(len: usize) -> &'static [u8] {
 /// Runs bad-input case `name` against the engine; see [`super::uapi::BAD_INPUT_CASES`].
 pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> Result {
     let site = first(shared, PoolKind::Branch)?;
-    let other = shared.sites.iter().filter(|s| s.kind == PoolKind::Branch).nth(1).ok_or(EINVAL)?;
+    let other = shared
+        .sites
+        .iter()
+        .filter(|s| s.kind == PoolKind::Branch)
+        .nth(1)
+        .ok_or(EINVAL)?;
     match name {
         b"unregistered" => {
             // The taken path of a branch function: text of ours, but no site.
@@ -63,9 +68,18 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
         }
         b"out_of_range" => {
             // Beyond a rel32 (x86, 2 GiB) or imm26 (arm64, 128 MiB) branch.
-            let far = site.addr.wrapping_add(if cfg!(CONFIG_X86_64) { 3 << 30 } else { 256 << 20 });
+            let far = site.addr.wrapping_add(if cfg!(CONFIG_X86_64) {
+                3 << 30
+            } else {
+                256 << 20
+            });
             let mut out = [0u8; 5];
-            engine_api::encode(Op::Jmp, site.addr, far, out.get_mut(..site.len).ok_or(EINVAL)?)
+            engine_api::encode(
+                Op::Jmp,
+                site.addr,
+                far,
+                out.get_mut(..site.len).ok_or(EINVAL)?,
+            )
         }
         b"guard_collision" => Batch::begin()?.add(site.addr, guard(site.len)),
         b"misaligned" => {

@@ -32,7 +32,10 @@ pub(crate) struct Control {
 }
 
 fn parse_index(word: &[u8]) -> Result<usize> {
-    core::str::from_utf8(word).ok().and_then(|w| w.trim().parse().ok()).ok_or(EINVAL)
+    core::str::from_utf8(word)
+        .ok()
+        .and_then(|w| w.trim().parse().ok())
+        .ok_or(EINVAL)
 }
 
 impl Control {
@@ -55,7 +58,10 @@ impl Control {
     fn command(&self, line: &[u8]) -> Result {
         let line = line.trim_ascii();
         let (verb, rest) = match line.iter().position(|b| *b == b' ') {
-            Some(i) => (line.get(..i).unwrap_or(&[]), line.get(i + 1..).unwrap_or(&[]).trim_ascii()),
+            Some(i) => (
+                line.get(..i).unwrap_or(&[]),
+                line.get(i + 1..).unwrap_or(&[]).trim_ascii(),
+            ),
             None => (line, &[][..]),
         };
         let mut c = self.commands.lock();
@@ -89,7 +95,11 @@ impl Control {
                 for (i, _) in self.shared.sites.iter().enumerate().take(64) {
                     active.push(i, GFP_KERNEL)?;
                 }
-                let ex = Executors::start(&self.shared, Arc::new(active, GFP_KERNEL)?, self.shared.call_functions)?;
+                let ex = Executors::start(
+                    &self.shared,
+                    Arc::new(active, GFP_KERNEL)?,
+                    self.shared.call_functions,
+                )?;
                 c.standalone = Some((ex, pin));
                 pr_info!("executors running: this module is pinned until they stop\n");
                 Ok(())
@@ -145,7 +155,11 @@ impl debugfs::File for ResultFile {
         let committed = o.batches.iter().filter(|b| b.errno == 0).count();
         let sum = |f: fn(&scenario::BatchRecord) -> u64| o.batches.iter().map(f).sum::<u64>();
         (|| -> core::fmt::Result {
-            writeln!(t, "spec keys={} sites={} ftrace={} flips={} pokers={}", s.keys, s.sites, s.ftrace, s.flips, s.pokers)?;
+            writeln!(
+                t,
+                "spec keys={} sites={} ftrace={} flips={} pokers={}",
+                s.keys, s.sites, s.ftrace, s.flips, s.pokers
+            )?;
             writeln!(t, "errno {}", o.errno)?;
             writeln!(t, "nsecs {}", o.nsecs)?;
             writeln!(t, "batches {}", o.batches.len())?;
@@ -156,21 +170,53 @@ impl debugfs::File for ResultFile {
             writeln!(t, "cpus {}", o.executors.len())?;
             for (k, kind) in KINDS.iter().enumerate() {
                 let get = |f: fn(&super::executor::KindCounters) -> u64| {
-                    o.executors.iter().filter_map(|e| e.counters.get(k)).map(f).sum::<u64>()
+                    o.executors
+                        .iter()
+                        .filter_map(|e| e.counters.get(k))
+                        .map(f)
+                        .sum::<u64>()
                 };
                 let name = kind.name();
-                writeln!(t, "executions.{name} {}", get(|c| c.executions.load(Ordering::Relaxed)))?;
-                writeln!(t, "windowed.{name} {}", get(|c| c.windowed.load(Ordering::Relaxed)))?;
-                writeln!(t, "trapped.{name} {}", get(|c| c.trapped.load(Ordering::Relaxed)))?;
+                writeln!(
+                    t,
+                    "executions.{name} {}",
+                    get(|c| c.executions.load(Ordering::Relaxed))
+                )?;
+                writeln!(
+                    t,
+                    "windowed.{name} {}",
+                    get(|c| c.windowed.load(Ordering::Relaxed))
+                )?;
+                writeln!(
+                    t,
+                    "trapped.{name} {}",
+                    get(|c| c.trapped.load(Ordering::Relaxed))
+                )?;
                 writeln!(t, "on.{name} {}", get(|c| c.on.load(Ordering::Relaxed)))?;
             }
             let logged: usize = o.executors.iter().map(|e| e.log.lock().len()).sum();
-            let dropped: u64 = o.executors.iter().map(|e| e.dropped.load(Ordering::Relaxed)).sum();
-            let stable: u64 = o.executors.iter().map(|e| e.stable_violations.load(Ordering::Relaxed)).sum();
-            let calls: u64 = o.executors.iter().map(|e| e.hits.lock().iter().sum::<u64>()).sum();
+            let dropped: u64 = o
+                .executors
+                .iter()
+                .map(|e| e.dropped.load(Ordering::Relaxed))
+                .sum();
+            let stable: u64 = o
+                .executors
+                .iter()
+                .map(|e| e.stable_violations.load(Ordering::Relaxed))
+                .sum();
+            let calls: u64 = o
+                .executors
+                .iter()
+                .map(|e| e.hits.lock().iter().sum::<u64>())
+                .sum();
             writeln!(t, "logged {logged}")?;
             writeln!(t, "log_dropped {dropped}")?;
-            let late: u64 = o.executors.iter().map(|e| e.late_traps.load(Ordering::Relaxed)).sum();
+            let late: u64 = o
+                .executors
+                .iter()
+                .map(|e| e.late_traps.load(Ordering::Relaxed))
+                .sum();
             writeln!(t, "stable_violations {stable}")?;
             writeln!(t, "late_traps {late}")?;
             writeln!(t, "trampoline_calls {calls}")
@@ -187,11 +233,24 @@ impl debugfs::File for BatchesFile {
         let c = self.0.commands.lock();
         let mut t = Text::new();
         for b in c.last.iter().flat_map(|o| o.batches.iter()) {
-            let group = if b.group == usize::MAX { -1 } else { b.group as i64 };
+            let group = if b.group == usize::MAX {
+                -1
+            } else {
+                b.group as i64
+            };
             writeln!(
                 t,
                 "{} {} {} {} {} {} {} {} {} {}",
-                b.poker, group, b.stats.sites, b.stats.nsecs, b.stats.syncs, b.stats.writes, b.stats.records, b.start, b.end, b.errno
+                b.poker,
+                group,
+                b.stats.sites,
+                b.stats.nsecs,
+                b.stats.syncs,
+                b.stats.writes,
+                b.stats.records,
+                b.start,
+                b.end,
+                b.errno
             )
             .map_err(|_| ENOMEM)?;
         }
@@ -210,7 +269,10 @@ impl debugfs::File for ExecutionsFile {
                 // SAFETY: `ExecRecord` is `repr(C)` plain old data without padding, so its bytes
                 // are fully initialized.
                 let bytes = unsafe {
-                    core::slice::from_raw_parts((r as *const super::uapi::ExecRecord).cast::<u8>(), super::uapi::EXEC_RECORD_SIZE)
+                    core::slice::from_raw_parts(
+                        (r as *const super::uapi::ExecRecord).cast::<u8>(),
+                        super::uapi::EXEC_RECORD_SIZE,
+                    )
                 };
                 out.extend_from_slice(bytes, GFP_KERNEL)?;
             }
@@ -222,10 +284,30 @@ impl debugfs::File for ExecutionsFile {
 /// Creates `/sys/kernel/debug/textpoke_exerciser/` and its files.
 pub(crate) fn create(control: Arc<Control>, module: &'static ThisModule) -> Result<Dir> {
     let mut dir = Dir::new(c_str!("textpoke_exerciser"), module)?;
-    dir.add(c_str!("control"), 0o200, Arc::new(ControlFile(control.clone()), GFP_KERNEL)?)?;
-    dir.add(c_str!("sites"), 0o400, Arc::new(SitesFile(control.clone()), GFP_KERNEL)?)?;
-    dir.add(c_str!("result"), 0o400, Arc::new(ResultFile(control.clone()), GFP_KERNEL)?)?;
-    dir.add(c_str!("batches"), 0o400, Arc::new(BatchesFile(control.clone()), GFP_KERNEL)?)?;
-    dir.add(c_str!("executions"), 0o400, Arc::new(ExecutionsFile(control), GFP_KERNEL)?)?;
+    dir.add(
+        c_str!("control"),
+        0o200,
+        Arc::new(ControlFile(control.clone()), GFP_KERNEL)?,
+    )?;
+    dir.add(
+        c_str!("sites"),
+        0o400,
+        Arc::new(SitesFile(control.clone()), GFP_KERNEL)?,
+    )?;
+    dir.add(
+        c_str!("result"),
+        0o400,
+        Arc::new(ResultFile(control.clone()), GFP_KERNEL)?,
+    )?;
+    dir.add(
+        c_str!("batches"),
+        0o400,
+        Arc::new(BatchesFile(control.clone()), GFP_KERNEL)?,
+    )?;
+    dir.add(
+        c_str!("executions"),
+        0o400,
+        Arc::new(ExecutionsFile(control), GFP_KERNEL)?,
+    )?;
     Ok(dir)
 }

@@ -35,12 +35,22 @@ pub(crate) struct BatchStats {
 }
 
 extern "C" {
-    fn textpoke_encode(op: c_int, site: *const c_void, target: *const c_void, len: usize, out: *mut u8)
-        -> c_int;
+    fn textpoke_encode(
+        op: c_int,
+        site: *const c_void,
+        target: *const c_void,
+        len: usize,
+        out: *mut u8,
+    ) -> c_int;
     fn textpoke_register_site(owner: *mut c_void, addr: *const c_void, len: usize) -> c_int;
     fn textpoke_unregister_site(owner: *mut c_void, addr: *const c_void) -> c_int;
     fn textpoke_batch_begin(out: *mut *mut c_void) -> c_int;
-    fn textpoke_batch_add(batch: *mut c_void, addr: *const c_void, insn: *const u8, len: usize) -> c_int;
+    fn textpoke_batch_add(
+        batch: *mut c_void,
+        addr: *const c_void,
+        insn: *const u8,
+        len: usize,
+    ) -> c_int;
     fn textpoke_batch_commit(batch: *mut c_void) -> c_int;
     fn textpoke_batch_stats(batch: *mut c_void, out: *mut BatchStats) -> c_int;
     fn textpoke_batch_end(batch: *mut c_void);
@@ -54,7 +64,15 @@ fn ptr(addr: u64) -> *const c_void {
 /// Encodes `op` at `site` (to `target`), `out.len()` bytes long.
 pub(crate) fn encode(op: Op, site: u64, target: u64, out: &mut [u8]) -> Result {
     // SAFETY: `out` is valid for writes of its length.
-    to_result(unsafe { textpoke_encode(op as c_int, ptr(site), ptr(target), out.len(), out.as_mut_ptr()) })
+    to_result(unsafe {
+        textpoke_encode(
+            op as c_int,
+            ptr(site),
+            ptr(target),
+            out.len(),
+            out.as_mut_ptr(),
+        )
+    })
 }
 
 /// Registers the `len`-byte site at `addr` of `module`'s text.

@@ -9,10 +9,10 @@
 //! site are logged for the guest agent's ordering check. The others ran with the site's
 //! committed instruction in place, which is known, so they are checked on the spot.
 
+use super::engine_api;
 use super::pool::{PoolKind, Site};
 use super::uapi::ExecRecord;
 use super::Shared;
-use super::engine_api;
 use crate::clock;
 use crate::cpu::{self, NoPreempt};
 use crate::kthread::{self, Kthread};
@@ -67,7 +67,9 @@ fn execute(site: &Site, hits: &mut [u64]) -> u8 {
     // SAFETY: `func` is the entry of one of this module's pool functions, all of which have
     // this signature; `hits` is large enough for every call-pool index (the trampoline indexes
     // it with the calling function's index in its pool).
-    let f = unsafe { core::mem::transmute::<usize, extern "C" fn(*mut u64) -> u32>(site.func as usize) };
+    let f = unsafe {
+        core::mem::transmute::<usize, extern "C" fn(*mut u64) -> u32>(site.func as usize)
+    };
     if site.kind == PoolKind::Call {
         let before = hits.get(site.index_in_pool).copied().unwrap_or(0);
         f(hits.as_mut_ptr());
@@ -101,7 +103,10 @@ fn run(ex: &Executor) {
         // A seqlock read: if the epoch is even and unchanged across the execution, no batch
         // touched the site meanwhile and `committed` is what it held throughout.
         let before = epoch.load(Ordering::Acquire);
-        let committed = shared.state.get(index).map_or(0, |s| s.load(Ordering::Acquire));
+        let committed = shared
+            .state
+            .get(index)
+            .map_or(0, |s| s.load(Ordering::Acquire));
         let (record, trapped) = {
             let _pinned = NoPreempt::new();
             let traps = engine_api::cpu_traps(ex.cpu);
@@ -153,7 +158,11 @@ pub(crate) struct Executors {
 
 impl Executors {
     /// Starts an executor on every online CPU, running `active` round-robin.
-    pub(crate) fn start(shared: &Arc<Shared>, active: Arc<KVec<usize>>, call_functions: usize) -> Result<Self> {
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        active: Arc<KVec<usize>>,
+        call_functions: usize,
+    ) -> Result<Self> {
         let mut state = KVec::new();
         let mut threads = KVec::new();
         for c in cpu::online() {
@@ -164,7 +173,10 @@ impl Executors {
                     shared: shared.clone(),
                     active: active.clone(),
                     cpu: c,
-                    log: KBox::pin_init(new_mutex!(KVVec::with_capacity(LOG_CAPACITY, GFP_KERNEL)?), GFP_KERNEL)?,
+                    log: KBox::pin_init(
+                        new_mutex!(KVVec::with_capacity(LOG_CAPACITY, GFP_KERNEL)?),
+                        GFP_KERNEL,
+                    )?,
                     dropped: AtomicU64::new(0),
                     counters: Default::default(),
                     stable_violations: AtomicU64::new(0),
@@ -173,7 +185,10 @@ impl Executors {
                 },
                 GFP_KERNEL,
             )?;
-            threads.push(Kthread::on_cpu(c, c_str!("textpoke_exec/%u"), ex.clone(), run)?, GFP_KERNEL)?;
+            threads.push(
+                Kthread::on_cpu(c, c_str!("textpoke_exec/%u"), ex.clone(), run)?,
+                GFP_KERNEL,
+            )?;
             state.push(ex, GFP_KERNEL)?;
         }
         Ok(Self { state, threads })

@@ -6,10 +6,10 @@ use super::engine_api::{self, Op};
 use crate::kernel_text;
 use kernel::prelude::*;
 
-#[cfg(CONFIG_X86_64)]
-pub(crate) use super::pool_x86::{pools, trampoline};
 #[cfg(CONFIG_ARM64)]
 pub(crate) use super::pool_arm64::{pools, trampoline};
+#[cfg(CONFIG_X86_64)]
+pub(crate) use super::pool_x86::{pools, trampoline};
 
 /// What a pool's sites are.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

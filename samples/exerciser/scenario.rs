@@ -39,12 +39,18 @@ impl Spec {
             flips: 0,
             pokers: 1,
         };
-        for word in words.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()) {
+        for word in words
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty())
+        {
             let mut kv = word.splitn(2, |b| *b == b'=');
             let (Some(k), Some(v)) = (kv.next(), kv.next()) else {
                 return Err(EINVAL);
             };
-            let v = core::str::from_utf8(v).ok().and_then(|v| v.parse::<usize>().ok()).ok_or(EINVAL)?;
+            let v = core::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .ok_or(EINVAL)?;
             match k {
                 b"keys" => spec.keys = v,
                 b"sites" => spec.sites = v,
@@ -54,7 +60,10 @@ impl Spec {
                 _ => return Err(EINVAL),
             }
         }
-        if spec.flips == 0 || spec.pokers == 0 || (spec.keys == 0 || spec.sites == 0) && spec.ftrace == 0 {
+        if spec.flips == 0
+            || spec.pokers == 0
+            || (spec.keys == 0 || spec.sites == 0) && spec.ftrace == 0
+        {
             return Err(EINVAL);
         }
         Ok(spec)
@@ -171,7 +180,12 @@ pub(crate) struct Outcome {
 
 /// The site indices of `kind`, in pool order.
 fn of_kind(shared: &Shared, kind: PoolKind) -> impl Iterator<Item = usize> + '_ {
-    shared.sites.iter().enumerate().filter(move |(_, s)| s.kind == kind).map(|(i, _)| i)
+    shared
+        .sites
+        .iter()
+        .enumerate()
+        .filter(move |(_, s)| s.kind == kind)
+        .map(|(i, _)| i)
 }
 
 /// Runs `spec` to completion.
@@ -186,7 +200,12 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
             sites.push(i, GFP_KERNEL)?;
         }
         if sites.len() != spec.sites || spec.sites > engine_api::MAX_BATCH {
-            pr_err!("scenario: not enough {} sites for {} keys of {}\n", kind.name(), spec.keys, spec.sites);
+            pr_err!(
+                "scenario: not enough {} sites for {} keys of {}\n",
+                kind.name(),
+                spec.keys,
+                spec.sites
+            );
             return Err(EINVAL);
         }
         *slot = slot.saturating_add(spec.sites);
@@ -198,10 +217,19 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
             sites.push(i, GFP_KERNEL)?;
         }
         if sites.len() != spec.ftrace {
-            pr_err!("scenario: not enough call sites for ftrace={}\n", spec.ftrace);
+            pr_err!(
+                "scenario: not enough call sites for ftrace={}\n",
+                spec.ftrace
+            );
             return Err(EINVAL);
         }
-        groups.push(Group { index: usize::MAX, sites }, GFP_KERNEL)?;
+        groups.push(
+            Group {
+                index: usize::MAX,
+                sites,
+            },
+            GFP_KERNEL,
+        )?;
     }
     let mut active = KVec::new();
     for g in groups.iter() {
@@ -214,7 +242,11 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
         per_poker.push(KVec::new(), GFP_KERNEL)?;
     }
     for g in groups {
-        let p = if g.index == usize::MAX { 0 } else { g.index.checked_rem(spec.pokers).unwrap_or(0) };
+        let p = if g.index == usize::MAX {
+            0
+        } else {
+            g.index.checked_rem(spec.pokers).unwrap_or(0)
+        };
         per_poker.get_mut(p).ok_or(EINVAL)?.push(g, GFP_KERNEL)?;
     }
 
@@ -237,7 +269,10 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
             },
             GFP_KERNEL,
         )?;
-        threads.push(Kthread::spawn(c_str!("textpoke_poker"), p.clone(), poke)?, GFP_KERNEL)?;
+        threads.push(
+            Kthread::spawn(c_str!("textpoke_poker"), p.clone(), poke)?,
+            GFP_KERNEL,
+        )?;
         pokers.push(p, GFP_KERNEL)?;
     }
     while !pokers.iter().all(|p| p.done.load(Ordering::Acquire)) {

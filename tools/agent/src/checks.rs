@@ -34,10 +34,16 @@ impl Timeline {
 /// Builds each site's timeline from the records that touch it.
 ///
 /// A record whose new bytes are neither of the site's instructions is an error.
-pub fn timelines(sites: &[Site], pokes: &[TextPokeRec]) -> Result<HashMap<usize, Timeline>, String> {
+pub fn timelines(
+    sites: &[Site],
+    pokes: &[TextPokeRec],
+) -> Result<HashMap<usize, Timeline>, String> {
     let by_addr: HashMap<u64, &Site> = sites.iter().map(|s| (s.addr, s)).collect();
     let mut out: HashMap<usize, Timeline> = HashMap::new();
-    let mut sorted: Vec<&TextPokeRec> = pokes.iter().filter(|p| by_addr.contains_key(&p.addr)).collect();
+    let mut sorted: Vec<&TextPokeRec> = pokes
+        .iter()
+        .filter(|p| by_addr.contains_key(&p.addr))
+        .collect();
     sorted.sort_by_key(|p| p.time);
     for p in sorted {
         let site = by_addr[&p.addr];
@@ -47,7 +53,10 @@ pub fn timelines(sites: &[Site], pokes: &[TextPokeRec]) -> Result<HashMap<usize,
             } else if bytes == site.off.as_slice() {
                 Ok(0)
             } else {
-                Err(format!("record at {:#x} with bytes {bytes:02x?} that are neither of the site's", p.addr))
+                Err(format!(
+                    "record at {:#x} with bytes {bytes:02x?} that are neither of the site's",
+                    p.addr
+                ))
             }
         };
         let (old, new) = (path(&p.old)?, path(&p.new)?);
@@ -80,13 +89,18 @@ pub struct OrderingReport {
 /// before the record and the new one only if it ended after it. A trapped execution behaved as
 /// the new instruction of a batch whose guard was up during it, so as the path after an event
 /// `k` whose neighbours do not exclude it (`T[k-1] <= end` and `start <= T[k+1]`).
-pub fn check_ordering(sites: &[Site], lines: &HashMap<usize, Timeline>, execs: &[ExecRecord]) -> OrderingReport {
+pub fn check_ordering(
+    sites: &[Site],
+    lines: &HashMap<usize, Timeline>,
+    execs: &[ExecRecord],
+) -> OrderingReport {
     let mut r = OrderingReport::default();
     let empty = Timeline::default();
     for e in execs {
         let Some(site) = sites.get(e.site as usize) else {
             r.violations += 1;
-            r.examples.push(format!("execution of unknown site {}", e.site));
+            r.examples
+                .push(format!("execution of unknown site {}", e.site));
             continue;
         };
         let t = lines.get(&site.index).unwrap_or(&empty);
@@ -108,7 +122,10 @@ pub fn check_ordering(sites: &[Site], lines: &HashMap<usize, Timeline>, execs: &
             let mid = e.start / 2 + e.end / 2;
             let k = t.count_at(mid);
             let before_next = t.events.get(k).map(|n| n.0.saturating_sub(mid));
-            let after_prev = k.checked_sub(1).and_then(|i| t.events.get(i)).map(|p| mid.saturating_sub(p.0));
+            let after_prev = k
+                .checked_sub(1)
+                .and_then(|i| t.events.get(i))
+                .map(|p| mid.saturating_sub(p.0));
             let is_old = match (before_next, after_prev) {
                 (Some(b), Some(a)) => b < a,
                 (Some(_), None) => true,
@@ -141,7 +158,12 @@ pub fn check_ordering(sites: &[Site], lines: &HashMap<usize, Timeline>, execs: &
 
 /// Checks that two record streams describe the same pokes: same count, and for every address
 /// the same sequence of (old, new). `a` and `b` name the streams in messages.
-pub fn same_pokes(a_name: &str, a: &[TextPokeRec], b_name: &str, b: &[TextPokeRec]) -> Result<usize, String> {
+pub fn same_pokes(
+    a_name: &str,
+    a: &[TextPokeRec],
+    b_name: &str,
+    b: &[TextPokeRec],
+) -> Result<usize, String> {
     type Seq<'x> = BTreeMap<u64, Vec<(&'x [u8], &'x [u8])>>;
     fn per_addr(recs: &[TextPokeRec]) -> Seq<'_> {
         let mut sorted: Vec<&TextPokeRec> = recs.iter().collect();
@@ -153,20 +175,22 @@ pub fn same_pokes(a_name: &str, a: &[TextPokeRec], b_name: &str, b: &[TextPokeRe
         m
     }
     if a.len() != b.len() {
-        return Err(format!("{a_name} has {} records, {b_name} has {}", a.len(), b.len()));
+        return Err(format!(
+            "{a_name} has {} records, {b_name} has {}",
+            a.len(),
+            b.len()
+        ));
     }
     let (ma, mb) = (per_addr(a), per_addr(b));
     for (addr, seq) in &ma {
         match mb.get(addr) {
             Some(other) if other == seq => {}
             Some(other) => {
+                let (n, m) = (seq.len(), other.len());
+                let (x, y) = (seq.first(), other.first());
                 return Err(format!(
-                    "at {addr:#x}: {a_name} has {} pokes {:02x?}..., {b_name} has {} pokes {:02x?}...",
-                    seq.len(),
-                    seq.first(),
-                    other.len(),
-                    other.first()
-                ))
+                    "at {addr:#x}: {a_name} has {n} pokes {x:02x?}.., {b_name} {m} {y:02x?}.."
+                ));
             }
             None => return Err(format!("{a_name} pokes {addr:#x}, {b_name} never does")),
         }
@@ -176,7 +200,12 @@ pub fn same_pokes(a_name: &str, a: &[TextPokeRec], b_name: &str, b: &[TextPokeRe
 
 /// Replays `pokes` (in time order) onto `before`, a snapshot of `[base, base + len)`, and checks
 /// the result equals `after`. Pokes outside the region are ignored.
-pub fn replay(base: u64, before: &[u8], after: &[u8], pokes: &[TextPokeRec]) -> Result<usize, String> {
+pub fn replay(
+    base: u64,
+    before: &[u8],
+    after: &[u8],
+    pokes: &[TextPokeRec],
+) -> Result<usize, String> {
     let mut image = before.to_vec();
     let mut sorted: Vec<&TextPokeRec> = pokes.iter().collect();
     sorted.sort_by_key(|p| (p.time, p.id));
@@ -188,15 +217,25 @@ pub fn replay(base: u64, before: &[u8], after: &[u8], pokes: &[TextPokeRec]) -> 
                 Ok(textpoke_core::record::Applied::NotCovered) => {}
                 Ok(_) => applied += 1,
                 Err(ReplayError::OldMismatch { offset }) => {
-                    return Err(format!("record at {:#x}: old bytes differ at offset {offset}", p.addr))
+                    return Err(format!(
+                        "record at {:#x}: old bytes differ at offset {offset}",
+                        p.addr
+                    ))
                 }
                 Err(e) => return Err(format!("record at {:#x}: {}", p.addr, e.as_str())),
             }
         }
     }
     if image != after {
-        let first = image.iter().zip(after).position(|(x, y)| x != y).unwrap_or(0);
-        return Err(format!("replayed text differs from kcore at {:#x}", base + first as u64));
+        let first = image
+            .iter()
+            .zip(after)
+            .position(|(x, y)| x != y)
+            .unwrap_or(0);
+        return Err(format!(
+            "replayed text differs from kcore at {:#x}",
+            base + first as u64
+        ));
     }
     Ok(applied)
 }
@@ -217,7 +256,11 @@ mod tests {
     }
 
     fn poke(addr: u64, time: u64, on: bool, s: &Site) -> TextPokeRec {
-        let (old, new) = if on { (s.off.clone(), s.on.clone()) } else { (s.on.clone(), s.off.clone()) };
+        let (old, new) = if on {
+            (s.off.clone(), s.on.clone())
+        } else {
+            (s.on.clone(), s.off.clone())
+        };
         TextPokeRec {
             addr,
             old,
@@ -246,12 +289,12 @@ mod tests {
         let pokes = vec![poke(0x1000, 100, true, &s), poke(0x1000, 200, false, &s)];
         let lines = timelines(&sites, &pokes).unwrap();
         let good = [
-            exec(0, 10, 20, 0, 0),    // old before the record
-            exec(0, 90, 110, 0, 0),   // old, started before the record
-            exec(0, 90, 110, 1, 0),   // new, ended after it
-            exec(0, 120, 130, 1, 0),  // new
-            exec(0, 95, 99, 1, 1),    // trapped before the record: emulates new
-            exec(0, 195, 198, 0, 1),  // trapped in the second batch's window: emulates its new
+            exec(0, 10, 20, 0, 0),   // old before the record
+            exec(0, 90, 110, 0, 0),  // old, started before the record
+            exec(0, 90, 110, 1, 0),  // new, ended after it
+            exec(0, 120, 130, 1, 0), // new
+            exec(0, 95, 99, 1, 1),   // trapped before the record: emulates new
+            exec(0, 195, 198, 0, 1), // trapped in the second batch's window: emulates its new
         ];
         let r = check_ordering(&sites, &lines, &good);
         assert_eq!((r.checked, r.violations), (6, 0), "{:?}", r.examples);
@@ -291,9 +334,19 @@ mod tests {
         let s = site(0, 0x1004);
         let before: Vec<u8> = [vec![0; 4], s.off.clone(), vec![0; 3]].concat();
         let after: Vec<u8> = [vec![0; 4], s.on.clone(), vec![0; 3]].concat();
-        let pokes = vec![poke(0x1004, 1, true, &s), poke(0x1004, 2, false, &s), poke(0x1004, 3, true, &s)];
+        let pokes = vec![
+            poke(0x1004, 1, true, &s),
+            poke(0x1004, 2, false, &s),
+            poke(0x1004, 3, true, &s),
+        ];
         assert_eq!(replay(0x1000, &before, &after, &pokes), Ok(3));
         assert!(replay(0x1000, &before, &after, &pokes[..2]).is_err());
-        assert!(replay(0x1000, &before, &after, &[pokes[0].clone(), pokes[2].clone()]).is_err());
+        assert!(replay(
+            0x1000,
+            &before,
+            &after,
+            &[pokes[0].clone(), pokes[2].clone()]
+        )
+        .is_err());
     }
 }

@@ -63,7 +63,8 @@ pub fn parse_sites(text: &str) -> Option<Vec<Site>> {
 /// The exerciser's sites.
 pub fn sites() -> io::Result<Vec<Site>> {
     let text = sys::read_text(format!("{DIR}/sites"))?;
-    parse_sites(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed sites file"))
+    parse_sites(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed sites file"))
 }
 
 /// Sends one command; `Err(errno)` if the exerciser refused it.
@@ -125,8 +126,13 @@ pub fn batches() -> io::Result<Vec<BatchLine>> {
     Ok(text
         .lines()
         .filter_map(|l| {
-            let v: Vec<i64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-            let [poker, group, sites, nsecs, syncs, writes, records, start, end, errno] = v.as_slice() else {
+            let v: Vec<i64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let [poker, group, sites, nsecs, syncs, writes, records, start, end, errno] =
+                v.as_slice()
+            else {
                 return None;
             };
             let u = |x: &i64| u64::try_from(*x).unwrap_or(0);

@@ -52,13 +52,20 @@ fn load(name: &str, params: &str) -> Result<(), String> {
 /// The kernel text covering every site: `(base, length)`.
 fn region(sites: &[Site]) -> (u64, usize) {
     let lo = sites.iter().map(|s| s.addr).min().unwrap_or(0);
-    let hi = sites.iter().map(|s| s.addr + s.len as u64).max().unwrap_or(0);
+    let hi = sites
+        .iter()
+        .map(|s| s.addr + s.len as u64)
+        .max()
+        .unwrap_or(0);
     (lo, (hi - lo) as usize)
 }
 
 fn engine_log() -> Result<Vec<TextPokeRec>, String> {
-    let bytes = sys::read_file(exerciser::ENGINE_RECORDS).map_err(|e| format!("reading engine log: {e}"))?;
-    let layout = SampleIdLayout::new(PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER);
+    let bytes = sys::read_file(exerciser::ENGINE_RECORDS)
+        .map_err(|e| format!("reading engine log: {e}"))?;
+    let layout = SampleIdLayout::new(
+        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER,
+    );
     let mut d = Drain::default();
     d.add_stream(&bytes, layout, 0);
     if !d.errors.is_empty() {
@@ -88,7 +95,9 @@ struct Evidence {
 fn run_scenario(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, String> {
     let (base, len) = region(sites);
     clear_engine_log()?;
-    let before = kcore.read(base, len).map_err(|e| format!("kcore before: {e}"))?;
+    let before = kcore
+        .read(base, len)
+        .map_err(|e| format!("kcore before: {e}"))?;
     let mut recorder = Recorder::open(&RecorderConfig {
         data_pages: 512,
         ..RecorderConfig::default()
@@ -98,7 +107,9 @@ fn run_scenario(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, S
     let run = exerciser::command(&format!("run {spec}"));
     let drain = recorder.drain();
     recorder.close();
-    let after = kcore.read(base, len).map_err(|e| format!("kcore after: {e}"))?;
+    let after = kcore
+        .read(base, len)
+        .map_err(|e| format!("kcore after: {e}"))?;
     Ok(Evidence {
         run,
         drain,
@@ -122,13 +133,23 @@ fn scenario_case(name: &str, spec: &str, sites: &[Site], kcore: &Kcore) -> Case 
 /// The checks of one scenario's evidence.
 fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
     let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours: Vec<TextPokeRec> = ev.drain.pokes.iter().filter(|p| addrs.contains(&p.addr)).cloned().collect();
+    let ours: Vec<TextPokeRec> = ev
+        .drain
+        .pokes
+        .iter()
+        .filter(|p| addrs.contains(&p.addr))
+        .cloned()
+        .collect();
     let mut children = Vec::new();
     let committed = ev.batches.iter().filter(|b| b.errno == 0).count();
     children.push(Case::check(
         "run_completed",
         ev.run.is_ok() && committed == ev.batches.len() && !ev.batches.is_empty(),
-        format!("command: {:?}, {committed} of {} batches committed", ev.run, ev.batches.len()),
+        format!(
+            "command: {:?}, {committed} of {} batches committed",
+            ev.run,
+            ev.batches.len()
+        ),
     ));
     children.push(Case::check(
         "perf_records_not_lost",
@@ -146,14 +167,17 @@ fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
     ));
     children.push(match &ev.engine {
         Ok(engine) => match checks::same_pokes("perf", &ours, "engine log", engine) {
-            Ok(n) => Case::pass("records_match_engine_log").with_log(format!("{n} records matched")),
+            Ok(n) => {
+                Case::pass("records_match_engine_log").with_log(format!("{n} records matched"))
+            }
             Err(e) => Case::fail("records_match_engine_log", e),
         },
         Err(e) => Case::fail("records_match_engine_log", e.clone()),
     });
     let (base, _) = region(sites);
     children.push(match checks::replay(base, &ev.before, &ev.after, &ours) {
-        Ok(n) => Case::pass("kcore_replay_exact").with_log(format!("{n} records replayed onto the kcore snapshot")),
+        Ok(n) => Case::pass("kcore_replay_exact")
+            .with_log(format!("{n} records replayed onto the kcore snapshot")),
         Err(e) => Case::fail("kcore_replay_exact", e),
     });
     match checks::timelines(sites, &ours) {
@@ -162,9 +186,16 @@ fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
             let mut c = Case::check(
                 "ordering_no_violations",
                 r.violations == 0 && r.checked > 0,
-                format!("{} violations in {} executions: {:?}", r.violations, r.checked, r.examples),
+                format!(
+                    "{} violations in {} executions: {:?}",
+                    r.violations, r.checked, r.examples
+                ),
             )
-            .with_log(format!("{} executions checked against {} records", r.checked, ours.len()));
+            .with_log(format!(
+                "{} executions checked against {} records",
+                r.checked,
+                ours.len()
+            ));
             for (kind, [old, new, trapped]) in &r.by_kind {
                 c = c.with_log(format!("{kind}: old {old}, new {new}, trapped {trapped}"));
             }
@@ -187,11 +218,26 @@ fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
     children.push(Case::check(
         "stable_executions_consistent",
         exerciser::number(&ev.result, "stable_violations") == 0,
-        format!("{} executions outside batches ran a non-committed instruction", exerciser::number(&ev.result, "stable_violations")),
+        format!(
+            "{} executions outside batches ran a non-committed instruction",
+            exerciser::number(&ev.result, "stable_violations")
+        ),
     ));
     let mut case = Case::group(name, children).with_log(format!("spec {spec}"));
-    for key in ["batches", "sites_changed", "syncs", "records", "logged", "log_dropped", "late_traps", "nsecs"] {
-        case = case.with_log(format!("{key} {}", ev.result.get(key).map_or("?", String::as_str)));
+    for key in [
+        "batches",
+        "sites_changed",
+        "syncs",
+        "records",
+        "logged",
+        "log_dropped",
+        "late_traps",
+        "nsecs",
+    ] {
+        case = case.with_log(format!(
+            "{key} {}",
+            ev.result.get(key).map_or("?", String::as_str)
+        ));
     }
     case
 }
@@ -209,16 +255,28 @@ fn broken_case(name: &str, protocol: u32, spec: &str, sites: &[Site], kcore: &Kc
         (_, Err(e)) => return Case::fail(name, format!("resetting debug_protocol: {e}")),
     };
     let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours: Vec<TextPokeRec> = ev.drain.pokes.iter().filter(|p| addrs.contains(&p.addr)).cloned().collect();
+    let ours: Vec<TextPokeRec> = ev
+        .drain
+        .pokes
+        .iter()
+        .filter(|p| addrs.contains(&p.addr))
+        .cloned()
+        .collect();
     match checks::timelines(sites, &ours) {
         Ok(lines) => {
             let r = checks::check_ordering(sites, &lines, &ev.execs);
             Case::check(
                 name,
                 r.violations > 0,
-                format!("the checker saw no violation in {} executions of a broken engine", r.checked),
+                format!(
+                    "the checker saw no violation in {} executions of a broken engine",
+                    r.checked
+                ),
             )
-            .with_log(format!("debug_protocol={protocol}: {} violations in {} executions", r.violations, r.checked))
+            .with_log(format!(
+                "debug_protocol={protocol}: {} violations in {} executions",
+                r.violations, r.checked
+            ))
         }
         Err(e) => Case::fail(name, e),
     }
@@ -245,7 +303,14 @@ fn errno_named(name: &str) -> i32 {
 
 /// Runs `action` and checks that it fails with `errno`, logs a textpoke line containing
 /// `log_needle`, and leaves the sites' text unchanged.
-fn refused(name: &str, sites: &[Site], kcore: &Kcore, errno: i32, log_needle: &str, action: impl FnOnce() -> Result<(), i32>) -> Case {
+fn refused(
+    name: &str,
+    sites: &[Site],
+    kcore: &Kcore,
+    errno: i32,
+    log_needle: &str,
+    action: impl FnOnce() -> Result<(), i32>,
+) -> Case {
     let (base, len) = region(sites);
     let before = kcore.read(base, len);
     let cursor = sys::dmesg_cursor().unwrap_or_default();
@@ -267,16 +332,27 @@ fn bad_input_cases(sites: &[Site], kcore: &Kcore) -> Case {
     let mut children = Vec::new();
     for (case, errno) in BAD_INPUT_CASES {
         if *case == "misaligned" && is_x86() {
-            children.push(Case::skip(*case, "x86 instructions have no alignment requirement"));
+            children.push(Case::skip(
+                *case,
+                "x86 instructions have no alignment requirement",
+            ));
             continue;
         }
-        children.push(refused(case, sites, kcore, errno_named(errno), "textpoke: ", || {
-            exerciser::command(&format!("bad {case}"))
-        }));
+        children.push(refused(
+            case,
+            sites,
+            kcore,
+            errno_named(errno),
+            "textpoke: ",
+            || exerciser::command(&format!("bad {case}")),
+        ));
     }
     // Userspace needs root for everything: debugfs is root-only and the files want CAP_SYS_ADMIN.
     let nonroot = sys::run_as_user(65534, || {
-        match std::fs::OpenOptions::new().write(true).open("/sys/kernel/debug/textpoke_exerciser/control") {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .open("/sys/kernel/debug/textpoke_exerciser/control")
+        {
             Ok(_) => 0,
             Err(e) => e.raw_os_error().unwrap_or(255),
         }
@@ -287,22 +363,38 @@ fn bad_input_cases(sites: &[Site], kcore: &Kcore) -> Case {
         format!("unprivileged open of the control file gave {nonroot:?}"),
     ));
     // A batch in flight pins the module owning its sites, and textpoke itself.
-    children.push(refused("unload_with_batch_in_flight", sites, kcore, libc::EAGAIN, "holding an uncommitted batch", || {
-        exerciser::command("hold 0")?;
-        let r = sys::unload_module("textpoke_exerciser").map_err(|e| e.raw_os_error().unwrap_or(-1));
-        let r2 = sys::unload_module("textpoke").map_err(|e| e.raw_os_error().unwrap_or(-1));
-        exerciser::command("release")?;
-        if r2 != Err(libc::EAGAIN) {
-            return Err(-2);
-        }
-        r
-    }));
-    children.push(refused("unload_with_executors_running", sites, kcore, libc::EAGAIN, "executors running", || {
-        exerciser::command("executors start")?;
-        let r = sys::unload_module("textpoke_exerciser").map_err(|e| e.raw_os_error().unwrap_or(-1));
-        exerciser::command("executors stop")?;
-        r
-    }));
+    children.push(refused(
+        "unload_with_batch_in_flight",
+        sites,
+        kcore,
+        libc::EAGAIN,
+        "holding an uncommitted batch",
+        || {
+            exerciser::command("hold 0")?;
+            let r = sys::unload_module("textpoke_exerciser")
+                .map_err(|e| e.raw_os_error().unwrap_or(-1));
+            let r2 = sys::unload_module("textpoke").map_err(|e| e.raw_os_error().unwrap_or(-1));
+            exerciser::command("release")?;
+            if r2 != Err(libc::EAGAIN) {
+                return Err(-2);
+            }
+            r
+        },
+    ));
+    children.push(refused(
+        "unload_with_executors_running",
+        sites,
+        kcore,
+        libc::EAGAIN,
+        "executors running",
+        || {
+            exerciser::command("executors start")?;
+            let r = sys::unload_module("textpoke_exerciser")
+                .map_err(|e| e.raw_os_error().unwrap_or(-1));
+            exerciser::command("executors stop")?;
+            r
+        },
+    ));
     Case::group("bad_input", children)
 }
 
@@ -319,9 +411,15 @@ fn real_perf_cases(spec: &str, sites: &[Site]) -> Vec<Case> {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         let dir = Path::new("/tmp/perf-ours");
         let _ = std::fs::remove_dir_all(dir);
-        perf.record(dir, &[me.to_string_lossy().as_ref(), RUN_SUBCOMMAND, spec], &["--no-bpf-event"])
-            .map_err(|e| format!("perf record: {e}"))?;
-        let pokes = perf.script_text_pokes(dir).map_err(|e| format!("perf script: {e}"))?;
+        perf.record(
+            dir,
+            &[me.to_string_lossy().as_ref(), RUN_SUBCOMMAND, spec],
+            &["--no-bpf-event"],
+        )
+        .map_err(|e| format!("perf record: {e}"))?;
+        let pokes = perf
+            .script_text_pokes(dir)
+            .map_err(|e| format!("perf script: {e}"))?;
         let engine = engine_log()?;
         let seen: Vec<TextPokeRec> = pokes
             .iter()
@@ -335,7 +433,10 @@ fn real_perf_cases(spec: &str, sites: &[Site]) -> Vec<Case> {
             })
             .collect();
         let n = checks::same_pokes("perf script", &seen, "engine log", &engine)?;
-        Ok(Case::check("real_perf_matches_engine_log", n > 0, "no records").with_log(format!("{n} perf script records matched the engine log")))
+        Ok(
+            Case::check("real_perf_matches_engine_log", n > 0, "no records")
+                .with_log(format!("{n} perf script records matched the engine log")),
+        )
     })();
     out.push(ours.unwrap_or_else(|e| Case::fail("real_perf_matches_engine_log", e)));
     // The kernel's own pokes, as a control of the pipeline: enabling the function tracer
@@ -345,11 +446,21 @@ fn real_perf_cases(spec: &str, sites: &[Site]) -> Vec<Case> {
         let _ = std::fs::remove_dir_all(dir);
         let t = "/sys/kernel/debug/tracing/current_tracer";
         let cmd = format!("echo function > {t}; echo nop > {t}");
-        perf.record(dir, &["/bin/sh", "-c", &cmd], &["--no-bpf-event"]).map_err(|e| format!("perf record: {e}"))?;
-        let n = perf.script_text_pokes(dir).map_err(|e| format!("perf script: {e}"))?.len();
+        perf.record(dir, &["/bin/sh", "-c", &cmd], &["--no-bpf-event"])
+            .map_err(|e| format!("perf record: {e}"))?;
+        let n = perf
+            .script_text_pokes(dir)
+            .map_err(|e| format!("perf script: {e}"))?
+            .len();
         Ok(if is_x86() {
-            Case::check("real_perf_sees_kernel_ftrace_pokes", n > 1000, format!("only {n} records"))
-                .with_log(format!("{n} TEXT_POKE records from the kernel's own ftrace patching"))
+            Case::check(
+                "real_perf_sees_kernel_ftrace_pokes",
+                n > 1000,
+                format!("only {n} records"),
+            )
+            .with_log(format!(
+                "{n} TEXT_POKE records from the kernel's own ftrace patching"
+            ))
         } else {
             Case::check(
                 "arm64_kernel_ftrace_emits_no_records",
@@ -364,14 +475,24 @@ fn real_perf_cases(spec: &str, sites: &[Site]) -> Vec<Case> {
 }
 
 const SCENARIOS: &[(&str, &str)] = &[
-    ("scenario_one_poker", "keys=6 sites=8 ftrace=16 flips=20 pokers=1"),
-    ("scenario_concurrent_pokers", "keys=9 sites=4 ftrace=8 flips=20 pokers=3"),
+    (
+        "scenario_one_poker",
+        "keys=6 sites=8 ftrace=16 flips=20 pokers=1",
+    ),
+    (
+        "scenario_concurrent_pokers",
+        "keys=9 sites=4 ftrace=8 flips=20 pokers=3",
+    ),
 ];
 
 fn test_suite(ktap: &mut Ktap) {
     let mut cases = Vec::new();
     let loaded = load("textpoke", "");
-    cases.push(Case::check("load_textpoke", loaded.is_ok(), format!("{loaded:?}")));
+    cases.push(Case::check(
+        "load_textpoke",
+        loaded.is_ok(),
+        format!("{loaded:?}"),
+    ));
     let ex = loaded.and_then(|()| load("textpoke_exerciser", ""));
     cases.push(Case::check("load_exerciser", ex.is_ok(), format!("{ex:?}")));
     let setup = ex.and_then(|()| {
@@ -389,11 +510,22 @@ fn test_suite(ktap: &mut Ktap) {
             // CPU run the new instruction before the record. (A record emitted before the guard
             // sync is a real bug too, but QEMU keeps code coherent, so no vCPU can show it; the
             // host model covers it.)
-            cases.push(broken_case("broken_unguarded_nosync_is_caught", 3, SCENARIOS[0].1, &sites, &kcore));
+            cases.push(broken_case(
+                "broken_unguarded_nosync_is_caught",
+                3,
+                SCENARIOS[0].1,
+                &sites,
+                &kcore,
+            ));
             cases.extend(real_perf_cases(SCENARIOS[0].1, &sites));
             cases.push(bad_input_cases(&sites, &kcore));
-            let unloaded = sys::unload_module("textpoke_exerciser").and_then(|()| sys::unload_module("textpoke"));
-            cases.push(Case::check("unload", unloaded.is_ok(), format!("{unloaded:?}")));
+            let unloaded = sys::unload_module("textpoke_exerciser")
+                .and_then(|()| sys::unload_module("textpoke"));
+            cases.push(Case::check(
+                "unload",
+                unloaded.is_ok(),
+                format!("{unloaded:?}"),
+            ));
         }
         Err(e) => cases.push(Case::fail("sites_listed", e)),
     }
@@ -418,10 +550,19 @@ fn narrate(spec: &str, ev: &Evidence, sites: &[Site]) {
     let times: Vec<u64> = ev.batches.iter().map(|b| b.nsecs).collect();
     if !times.is_empty() {
         let mean = times.iter().sum::<u64>() / times.len() as u64;
-        say(format!("batch commit time: mean {} us, max {} us", mean / 1000, times.iter().max().unwrap_or(&0) / 1000));
+        say(format!(
+            "batch commit time: mean {} us, max {} us",
+            mean / 1000,
+            times.iter().max().unwrap_or(&0) / 1000
+        ));
     }
     let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours = ev.drain.pokes.iter().filter(|p| addrs.contains(&p.addr)).count();
+    let ours = ev
+        .drain
+        .pokes
+        .iter()
+        .filter(|p| addrs.contains(&p.addr))
+        .count();
     say(format!(
         "perf recorded {ours} PERF_RECORD_TEXT_POKE records on {} CPUs (lost: {})",
         sys::online_cpus().map(|c| c.len()).unwrap_or(0),
@@ -443,7 +584,12 @@ fn demo(ktap: &mut Ktap) {
     let mut cases = Vec::new();
     let setup = load("textpoke", "")
         .and_then(|()| load("textpoke_exerciser", ""))
-        .and_then(|()| Ok((exerciser::sites().map_err(|e| e.to_string())?, Kcore::open().map_err(|e| e.to_string())?)));
+        .and_then(|()| {
+            Ok((
+                exerciser::sites().map_err(|e| e.to_string())?,
+                Kcore::open().map_err(|e| e.to_string())?,
+            ))
+        });
     match setup {
         Ok((sites, kcore)) => {
             let spec = "keys=6 sites=8 ftrace=16 flips=10 pokers=2";
@@ -451,7 +597,14 @@ fn demo(ktap: &mut Ktap) {
                 Ok(ev) => {
                     narrate(spec, &ev, &sites);
                     let case = judge("demo_scenario", spec, &ev, &sites);
-                    log(&format!("demo checks: {}", if case.passed() { "all passed" } else { "FAILED (see KTAP)" }));
+                    log(&format!(
+                        "demo checks: {}",
+                        if case.passed() {
+                            "all passed"
+                        } else {
+                            "FAILED (see KTAP)"
+                        }
+                    ));
                     cases.push(case);
                 }
                 Err(e) => cases.push(Case::fail("demo_scenario", e)),
@@ -473,7 +626,9 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
         }
         "warn" => {
             let r = load("harness_warn", "");
-            log(&format!("harness_warn returned (should have panicked): {r:?}"));
+            log(&format!(
+                "harness_warn returned (should have panicked): {r:?}"
+            ));
         }
         "hang" => {
             log("hanging on purpose: the runner must time out");

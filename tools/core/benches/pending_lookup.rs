@@ -1,5 +1,8 @@
 //! Lookup cost of the pending-instruction table: the work the trap handler does per trap.
-#![expect(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented pub fn"
+)]
 //!
 //! Single-thread lookups at 1, 256, 4096 and 65536 in-flight entries (in one batch, and spread
 //! over 16 batches), and lookups from 2 threads at once on different CPU counters.

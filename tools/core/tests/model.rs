@@ -66,7 +66,7 @@ fn guarded_arm64_is_clean_exhaustively_3_cpus_4_sites() {
 #[test]
 fn guarded_is_clean_on_random_walks_8_cpus_16_sites() {
     for (arch, sites) in [(Arch::X86, x86_sites(16)), (Arch::Arm64, arm64_sites(16))] {
-        let r = random_walks(&Batch::new(arch, GUARDED, sites), 8, 300, 0x5eed);
+        let r = random_walks(&Batch::new(arch, GUARDED, sites), 8, 100, 0x5eed);
         show(&format!("{arch:?} guarded random 8x16"), &r);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert!(r.trapped > 0);
@@ -77,36 +77,83 @@ fn guarded_is_clean_on_random_walks_8_cpus_16_sites() {
 fn caught(arch: Arch, protocol: Protocol, sites: Vec<Change>, want: Violation) {
     let r = until(&Batch::new(arch, protocol, sites), 3, want);
     show(&format!("{arch:?} {protocol:?} until {want:?}"), &r);
-    assert!(r.found(want), "{protocol:?} on {arch:?} not caught as {want:?}: {:?}", r.violations);
+    assert!(
+        r.found(want),
+        "{protocol:?} on {arch:?} not caught as {want:?}: {:?}",
+        r.violations
+    );
 }
 
 #[test]
 fn control_unguarded_nosync_is_caught() {
-    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::UnguardedNosync), arm64_sites(3), Violation::NewBeforeRecord);
-    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::UnguardedNosync), arm64_sites(3), Violation::OldAfterRecord);
-    caught(Arch::X86, Protocol::Plan(plan::Protocol::UnguardedNosync), x86_sites(2), Violation::Torn);
+    caught(
+        Arch::Arm64,
+        Protocol::Plan(plan::Protocol::UnguardedNosync),
+        arm64_sites(3),
+        Violation::NewBeforeRecord,
+    );
+    caught(
+        Arch::Arm64,
+        Protocol::Plan(plan::Protocol::UnguardedNosync),
+        arm64_sites(3),
+        Violation::OldAfterRecord,
+    );
+    caught(
+        Arch::X86,
+        Protocol::Plan(plan::Protocol::UnguardedNosync),
+        x86_sites(2),
+        Violation::Torn,
+    );
 }
 
 #[test]
 fn control_record_before_guard_sync_is_caught() {
-    caught(Arch::X86, Protocol::Plan(plan::Protocol::RecordBeforeGuardSync), x86_sites(3), Violation::OldAfterRecord);
-    caught(Arch::Arm64, Protocol::Plan(plan::Protocol::RecordBeforeGuardSync), arm64_sites(3), Violation::OldAfterRecord);
+    caught(
+        Arch::X86,
+        Protocol::Plan(plan::Protocol::RecordBeforeGuardSync),
+        x86_sites(3),
+        Violation::OldAfterRecord,
+    );
+    caught(
+        Arch::Arm64,
+        Protocol::Plan(plan::Protocol::RecordBeforeGuardSync),
+        arm64_sites(3),
+        Violation::OldAfterRecord,
+    );
 }
 
 #[test]
 fn control_head_before_tail_sync_is_caught() {
-    caught(Arch::X86, Protocol::Plan(plan::Protocol::HeadBeforeTailSync), x86_sites(3), Violation::Torn);
+    caught(
+        Arch::X86,
+        Protocol::Plan(plan::Protocol::HeadBeforeTailSync),
+        x86_sites(3),
+        Violation::Torn,
+    );
 }
 
 #[test]
 fn control_single_global_slot_is_caught() {
-    caught(Arch::Arm64, Protocol::SingleSlotTable, arm64_sites(3), Violation::UnhandledTrap);
-    caught(Arch::X86, Protocol::SingleSlotTable, x86_sites(3), Violation::UnhandledTrap);
+    caught(
+        Arch::Arm64,
+        Protocol::SingleSlotTable,
+        arm64_sites(3),
+        Violation::UnhandledTrap,
+    );
+    caught(
+        Arch::X86,
+        Protocol::SingleSlotTable,
+        x86_sites(3),
+        Violation::UnhandledTrap,
+    );
 }
 
 #[test]
 fn control_single_slot_is_harmless_for_one_site() {
     // The 2019 design is fine for one address: it is multi-site keys that break it.
-    let r = exhaustive(&Batch::new(Arch::Arm64, Protocol::SingleSlotTable, arm64_sites(1)), 3);
+    let r = exhaustive(
+        &Batch::new(Arch::Arm64, Protocol::SingleSlotTable, arm64_sites(1)),
+        3,
+    );
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }

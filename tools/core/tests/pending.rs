@@ -25,7 +25,11 @@ impl Pending for Entry {
 }
 
 fn entry(addr: u64, len: u64) -> Entry {
-    Entry { addr, len, value: addr ^ 0xabcd }
+    Entry {
+        addr,
+        len,
+        value: addr ^ 0xabcd,
+    }
 }
 
 fn table(cpus: usize) -> PendingTable<Entry, Vec<CpuReaders>> {
@@ -39,9 +43,18 @@ fn validates_batches() {
     let t = table(1);
     let run = |e: &[Entry]| t.with_published(e, nothing, || ());
     assert_eq!(run(&[]), Err(PublishError::Empty));
-    assert_eq!(run(&[entry(0x20, 5), entry(0x10, 5)]), Err(PublishError::Unsorted));
-    assert_eq!(run(&[entry(0x10, 5), entry(0x10, 5)]), Err(PublishError::Duplicate));
-    assert_eq!(run(&[entry(0x10, 5), entry(0x14, 5)]), Err(PublishError::Overlap));
+    assert_eq!(
+        run(&[entry(0x20, 5), entry(0x10, 5)]),
+        Err(PublishError::Unsorted)
+    );
+    assert_eq!(
+        run(&[entry(0x10, 5), entry(0x10, 5)]),
+        Err(PublishError::Duplicate)
+    );
+    assert_eq!(
+        run(&[entry(0x10, 5), entry(0x14, 5)]),
+        Err(PublishError::Overlap)
+    );
     assert_eq!(run(&[entry(0x10, 0)]), Err(PublishError::Overlap));
     assert_eq!(run(&[entry(u64::MAX - 1, 5)]), Err(PublishError::Overlap));
     assert_eq!(run(&[entry(0x10, 5), entry(0x15, 5)]), Ok(()));
@@ -80,8 +93,14 @@ fn batches_nest_and_conflicts_are_refused() {
             assert_eq!(t.in_flight(), 2);
             assert_eq!(t.lookup(0, 0x300), Some(a[1]));
             assert_eq!(t.lookup(0, 0x200), Some(b[0]));
-            assert_eq!(t.with_published(&c, nothing, || ()), Err(PublishError::Conflict));
-            assert_eq!(t.with_published(&[a[0]], nothing, || ()), Err(PublishError::Conflict));
+            assert_eq!(
+                t.with_published(&c, nothing, || ()),
+                Err(PublishError::Conflict)
+            );
+            assert_eq!(
+                t.with_published(&[a[0]], nothing, || ()),
+                Err(PublishError::Conflict)
+            );
         })
         .unwrap();
     })
@@ -100,7 +119,10 @@ fn refuses_more_than_max_batches_in_flight() {
                 nest(t, depth + 1);
             } else {
                 let extra = [entry(0x10, 1)];
-                assert_eq!(t.with_published(&extra, nothing, || ()), Err(PublishError::Full));
+                assert_eq!(
+                    t.with_published(&extra, nothing, || ()),
+                    Err(PublishError::Full)
+                );
             }
         });
         assert!(r.is_ok());
@@ -126,8 +148,13 @@ fn stress_readers_and_concurrent_publishers() {
 
     let readers: Vec<_> = (0..CPUS)
         .map(|cpu| {
-            let (t, stop, lookups, found, start) =
-                (t.clone(), stop.clone(), lookups.clone(), found.clone(), start.clone());
+            let (t, stop, lookups, found, start) = (
+                t.clone(),
+                stop.clone(),
+                lookups.clone(),
+                found.clone(),
+                start.clone(),
+            );
             thread::spawn(move || {
                 start.wait();
                 let mut x = cpu as u64 + 1;

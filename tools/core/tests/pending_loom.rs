@@ -31,7 +31,9 @@ impl Pending for Entry {
 type Table = PendingTable<Entry, Vec<CpuReaders<SLOTS>>, SLOTS>;
 
 fn table(cpus: usize) -> Arc<Table> {
-    Arc::new(PendingTable::new((0..cpus).map(|_| CpuReaders::new()).collect()))
+    Arc::new(PendingTable::new(
+        (0..cpus).map(|_| CpuReaders::new()).collect(),
+    ))
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -55,7 +57,10 @@ fn lookup_never_reads_retired_storage() {
                 }
             }
         });
-        let mut entries = vec![Entry { addr: 0x40, value: 1 }];
+        let mut entries = vec![Entry {
+            addr: 0x40,
+            value: 1,
+        }];
         t.with_published(&entries, thread::yield_now, || {
             guard.store(true, Ordering::Release);
         })
@@ -77,11 +82,20 @@ fn lookup_finds_live_entries() {
         let (t2, up2, done2) = (t.clone(), up.clone(), done.clone());
         let reader = thread::spawn(move || {
             if up2.load(Ordering::Acquire) {
-                assert_eq!(t2.lookup(0, 0x40), Some(Entry { addr: 0x40, value: 1 }));
+                assert_eq!(
+                    t2.lookup(0, 0x40),
+                    Some(Entry {
+                        addr: 0x40,
+                        value: 1
+                    })
+                );
             }
             done2.store(true, Ordering::Release);
         });
-        let entries = vec![Entry { addr: 0x40, value: 1 }];
+        let entries = vec![Entry {
+            addr: 0x40,
+            value: 1,
+        }];
         t.with_published(&entries, thread::yield_now, || {
             up.store(true, Ordering::Release);
             while !done.load(Ordering::Acquire) {
@@ -147,13 +161,22 @@ fn slot_reuse_with_nested_readers_on_one_cpu() {
                 let t = t.clone();
                 thread::spawn(move || {
                     if let Some(e) = t.lookup(0, addr) {
-                        assert_eq!(e, Entry { addr, value: addr + 1 });
+                        assert_eq!(
+                            e,
+                            Entry {
+                                addr,
+                                value: addr + 1
+                            }
+                        );
                     }
                 })
             })
             .collect();
         for addr in [0x40u64, 0x80] {
-            let mut e = vec![Entry { addr, value: addr + 1 }];
+            let mut e = vec![Entry {
+                addr,
+                value: addr + 1,
+            }];
             t.with_published(&e, thread::yield_now, || ()).unwrap();
             e[0].value = POISON;
         }

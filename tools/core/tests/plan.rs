@@ -48,7 +48,11 @@ fn x86_two_five_byte_sites_take_three_syncs() {
 
 #[test]
 fn arm64_batch_takes_two_syncs_and_no_tails() {
-    let changes = [change(&ARM_NOP, &ARM_B), change(&ARM_B, &ARM_NOP), change(&ARM_NOP, &ARM_B)];
+    let changes = [
+        change(&ARM_NOP, &ARM_B),
+        change(&ARM_B, &ARM_NOP),
+        change(&ARM_NOP, &ARM_B),
+    ];
     assert_eq!(
         plan(Arch::Arm64, &changes),
         [
@@ -75,7 +79,15 @@ fn x86_unchanged_tail_skips_the_middle_sync() {
     let changes = [change(&JMP32, &CALL)];
     assert_eq!(
         plan(Arch::X86, &changes),
-        [Publish, WriteGuard(0), Sync, Emit(0), WriteHead(0), Sync, Retire]
+        [
+            Publish,
+            WriteGuard(0),
+            Sync,
+            Emit(0),
+            WriteHead(0),
+            Sync,
+            Retire
+        ]
     );
 }
 
@@ -83,12 +95,19 @@ fn x86_unchanged_tail_skips_the_middle_sync() {
 fn x86_single_byte_change_to_int3_needs_one_sync() {
     // RET becoming INT3: the guard is the final instruction, so there is no tail and no head.
     let changes = [change(&[0xc3], &[0xcc])];
-    assert_eq!(plan(Arch::X86, &changes), [Publish, WriteGuard(0), Sync, Emit(0), Retire]);
+    assert_eq!(
+        plan(Arch::X86, &changes),
+        [Publish, WriteGuard(0), Sync, Emit(0), Retire]
+    );
 }
 
 #[test]
 fn noop_changes_get_nothing() {
-    let changes = [change(&NOP5, &NOP5), change(&NOP5, &JMP32), change(&NOP5, &NOP5)];
+    let changes = [
+        change(&NOP5, &NOP5),
+        change(&NOP5, &JMP32),
+        change(&NOP5, &NOP5),
+    ];
     let steps = plan(Arch::X86, &changes);
     assert!(steps.iter().all(|s| !matches!(
         s,
@@ -114,7 +133,13 @@ fn every_site_gets_exactly_one_record_between_guard_sync_and_head() {
             let changes: Vec<Change> = match arch {
                 Arch::X86 => changes.clone(),
                 Arch::Arm64 => (0..n)
-                    .map(|i| if i % 2 == 0 { change(&ARM_NOP, &ARM_B) } else { change(&ARM_B, &ARM_NOP) })
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            change(&ARM_NOP, &ARM_B)
+                        } else {
+                            change(&ARM_B, &ARM_NOP)
+                        }
+                    })
                     .collect(),
             };
             let steps = plan(arch, &changes);
@@ -132,7 +157,10 @@ fn every_site_gets_exactly_one_record_between_guard_sync_and_head() {
                 assert!(head > emit);
                 // A sync separates every tail from every head, and the last head from Retire.
                 if let Some(tail) = at(WriteTail(i)) {
-                    assert!(steps[tail..].iter().take_while(|s| !matches!(s, WriteHead(_))).any(|s| *s == Sync));
+                    assert!(steps[tail..]
+                        .iter()
+                        .take_while(|s| !matches!(s, WriteHead(_)))
+                        .any(|s| *s == Sync));
                 }
                 assert!(steps[head..].contains(&Sync));
             }
@@ -182,6 +210,14 @@ fn broken_protocols_have_the_documented_shape() {
     );
     assert_eq!(
         p(Protocol::UnguardedNosync),
-        [Publish, WriteWhole(0), Emit(0), WriteWhole(1), Emit(1), Sync, Retire]
+        [
+            Publish,
+            WriteWhole(0),
+            Emit(0),
+            WriteWhole(1),
+            Emit(1),
+            Sync,
+            Retire
+        ]
     );
 }

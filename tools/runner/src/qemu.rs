@@ -101,7 +101,11 @@ pub fn command(m: &Machine) -> Vec<String> {
         // synchronizing IPI (docs/results.md), which no real CPU does. Round-robin vCPUs also
         // interleave more often inside a patching window.
         "-accel",
-        if m.mttcg { "tcg,thread=multi" } else { "tcg,thread=single" },
+        if m.mttcg {
+            "tcg,thread=multi"
+        } else {
+            "tcg,thread=single"
+        },
         "-smp",
         &m.smp.to_string(),
         "-m",
