@@ -33,7 +33,7 @@ impl debugfs::File for Records {
     }
 
     fn command(&self, data: &[u8]) -> Result {
-        match data.trim_ascii() {
+        match debugfs::trim(data) {
             b"clear" => {
                 engine::get().ok_or(ENODEV)?.log.clear();
                 Ok(())

@@ -90,7 +90,7 @@ impl Dir {
 
     /// Adds a file `name` with permissions `mode` (e.g. `0o400`), served by `file`.
     pub(crate) fn add<T: File>(&mut self, name: &CStr, mode: u16, file: Arc<T>) -> Result {
-        let fops = KBox::new(Fops::<T>::new(self.module), GFP_KERNEL)?;
+        let fops = KBox::new(Fops::<T>::vtable(self.module), GFP_KERNEL)?;
         self.files.reserve(1, GFP_KERNEL)?;
         let data = Arc::into_raw(file).cast::<c_void>();
         // SAFETY: `name` is NUL-terminated, `self.dentry` is our directory, and `data` and
@@ -145,7 +145,7 @@ unsafe fn release_arc<T: File>(data: *const c_void) {
 struct Fops<T>(PhantomData<T>);
 
 impl<T: File> Fops<T> {
-    fn new(module: *mut bindings::module) -> bindings::file_operations {
+    fn vtable(module: *mut bindings::module) -> bindings::file_operations {
         bindings::file_operations {
             owner: module,
             open: Some(Self::open),
@@ -168,6 +168,11 @@ impl<T: File> Fops<T> {
         unsafe { &*(*inode).i_private.cast::<T>() }
     }
 
+    /// `open`: builds the snapshot a reader will see.
+    ///
+    /// # Safety
+    ///
+    /// Called by the VFS with a valid inode of one of our files and the file being opened.
     unsafe extern "C" fn open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
         // SAFETY: `capable` only inspects the current task's credentials.
         if !unsafe { bindings::capable(bindings::CAP_SYS_ADMIN as c_int) } {
@@ -194,6 +199,11 @@ impl<T: File> Fops<T> {
         }
     }
 
+    /// `read`: copies from the snapshot.
+    ///
+    /// # Safety
+    ///
+    /// Called by the VFS on a file `open` succeeded for, with a user buffer of `count` bytes.
     unsafe extern "C" fn read(
         file: *mut bindings::file,
         buf: *mut c_char,
@@ -214,6 +224,11 @@ impl<T: File> Fops<T> {
         }
     }
 
+    /// `write`: hands the written bytes to the file as one command.
+    ///
+    /// # Safety
+    ///
+    /// Called by the VFS on a file `open` succeeded for, with a user buffer of `count` bytes.
     unsafe extern "C" fn write(
         file: *mut bindings::file,
         buf: *const c_char,
@@ -239,11 +254,33 @@ impl<T: File> Fops<T> {
         }
     }
 
+    /// `release`: frees the snapshot.
+    ///
+    /// # Safety
+    ///
+    /// Called by the VFS once per successful `open`, after the last operation on the file.
     unsafe extern "C" fn release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
         // SAFETY: `open` stored this box and nothing uses it after release.
         drop(unsafe { KBox::from_raw((*file).private_data.cast::<KVVec<u8>>()) });
         0
     }
+}
+
+/// A command without the surrounding whitespace (`echo` adds a newline).
+pub(crate) fn trim(mut bytes: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = bytes {
+        if !first.is_ascii_whitespace() {
+            break;
+        }
+        bytes = rest;
+    }
+    while let [rest @ .., last] = bytes {
+        if !last.is_ascii_whitespace() {
+            break;
+        }
+        bytes = rest;
+    }
+    bytes
 }
 
 /// A `core::fmt::Write` sink for building text snapshots.

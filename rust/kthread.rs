@@ -36,6 +36,11 @@ unsafe impl<T: Send + Sync + 'static> Send for Kthread<T> {}
 // SAFETY: As above; `&Kthread` gives access to nothing.
 unsafe impl<T: Send + Sync + 'static> Sync for Kthread<T> {}
 
+/// The function every [`Kthread`] runs.
+///
+/// # Safety
+///
+/// `data` must point to a `Job<T>` that outlives the thread.
 unsafe extern "C" fn thread_main<T: Send + Sync + 'static>(data: *mut c_void) -> c_int {
     // SAFETY: `data` is the handle's boxed job, which outlives the thread (the handle stops the
     // thread, waiting for it to exit, before freeing the box).

@@ -108,10 +108,19 @@ elif [ ! -d "$objtree" ] && [ -f "$cache/kernel/patched/build-$arch/$image" ]; t
 fi
 
 stage "configuring: tinyconfig + ${fragments[*]##*/}"
-mkdir -p "$objtree"
-kmake -s tinyconfig >/dev/null
-"$srcdir/scripts/kconfig/merge_config.sh" -m -O "$objtree" "$objtree/.config" "${fragments[@]}" >/dev/null
-kmake -s olddefconfig >/dev/null
+# Generate the config in a scratch object tree and copy it over only if it changed: running
+# tinyconfig in the real one would rewrite include/config/ with tinyconfig's values and then
+# back, touching every symbol and making Kbuild rebuild nearly everything.
+scratch=$srcdir/build-$arch.config
+rm -rf "$scratch"
+mkdir -p "$objtree" "$scratch"
+make -s -C "$srcdir" O="build-$arch.config" ARCH="$arch" LLVM=1 tinyconfig >/dev/null
+"$srcdir/scripts/kconfig/merge_config.sh" -m -O "$scratch" "$scratch/.config" "${fragments[@]}" >/dev/null
+make -s -C "$srcdir" O="build-$arch.config" ARCH="$arch" LLVM=1 olddefconfig >/dev/null
+if ! cmp -s "$scratch/.config" "$objtree/.config"; then
+	cp "$scratch/.config" "$objtree/.config"
+fi
+rm -rf "$scratch"
 missing=$(cat "${fragments[@]}" | sed -n 's/^\(CONFIG_[A-Z0-9_]*=.*\)$/\1/p; s/^# \(CONFIG_[A-Z0-9_]*\) is not set$/\1=n/p' |
 	while IFS= read -r want; do
 		sym=${want%%=*} val=${want#*=}

@@ -33,6 +33,11 @@ extern "C" {
     fn textpoke_helper_sync_core();
 }
 
+/// The IPI callback of [`sync_all`].
+///
+/// # Safety
+///
+/// Called by `on_each_cpu_cond_mask()` in interrupt context; takes no data.
 unsafe extern "C" fn do_sync_core(_info: *mut c_void) {
     // SAFETY: `sync_core()` only serializes this CPU's instruction stream.
     unsafe { textpoke_helper_sync_core() };

@@ -56,11 +56,11 @@ impl Control {
     }
 
     fn command(&self, line: &[u8]) -> Result {
-        let line = line.trim_ascii();
+        let line = debugfs::trim(line);
         let (verb, rest) = match line.iter().position(|b| *b == b' ') {
             Some(i) => (
                 line.get(..i).unwrap_or(&[]),
-                line.get(i + 1..).unwrap_or(&[]).trim_ascii(),
+                debugfs::trim(line.get(i + 1..).unwrap_or(&[])),
             ),
             None => (line, &[][..]),
         };

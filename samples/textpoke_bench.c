@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * textpoke_bench: textpoke against the kernel's own text-patching mechanisms, measured in the
+ * same boot, on the same kind of sites, under the same load.
+ *
+ * Modes, each flipping N sites NOP <-> branch at once, REPS times:
+ *
+ *   textpoke      one textpoke batch of N sites (its C API: this module is also the proof
+ *                 that the API is usable from C);
+ *   static_key    static_key_enable()/static_key_disable() of a key with N static_branch
+ *                 sites: upstream jump labels (x86: text_poke_bp batches of up to 256 with
+ *                 INT3 and 3 IPIs each; arm64: "nosync" writes and one kick_all_cpus_sync());
+ *   nosync        arm64 only: what 6.12 jump labels do, on textpoke's kind of sites: one
+ *                 aarch64_insn_write() plus cache maintenance per site, then one
+ *                 kick_all_cpus_sync(); no guard, no record;
+ *   stop_machine  arm64 only: every CPU parked in stop_machine() while one writes all sites
+ *                 (what aarch64_insn_patch_text() does, and what was proposed in 2019).
+ *
+ * While a mode runs, a kthread on every online CPU executes 64 of the sites in a loop and
+ * records the longest gap between two of its executions: the worst stall patching caused.
+ *
+ * Interface: /sys/kernel/debug/textpoke_bench/{control,result}. Write
+ * "run mode=<mode> n=<N> reps=<R>" to control; result then holds one line per repetition:
+ * "mode n rep nsecs syncs records max_stall_ns". The guest agent counts IPIs around the command
+ * with /proc/interrupts.
+ */
+
+#include <linux/debugfs.h>
+#include <linux/delay.h>
+#include <linux/jump_label.h>
+#include <linux/kthread.h>
+#include <linux/module.h>
+#include <linux/sched/clock.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+#include <linux/stop_machine.h>
+#include <linux/uaccess.h>
+#ifdef CONFIG_ARM64
+#include <asm/cacheflush.h>
+#include <asm/patching.h>
+#endif
+
+#include "../kernel/textpoke.h"
+
+#define MAX_SITES 4096
+#define STRIDE 32
+#define EXEC_SITES 64
+
+/*
+ * textpoke's (and nosync's, and stop_machine's) sites: MAX_SITES functions at a 32-byte stride,
+ * each "site; return 0; taken: return 1", like the exerciser's. Written in assembly so that the
+ * site is at a known offset (C functions start with ftrace's call on x86).
+ */
+#ifdef CONFIG_X86_64
+#define SITE_LEN 5
+asm(".pushsection .text, \"ax\"\n"
+    ".balign 32\n"
+    ".globl bench_sites\n"
+    "bench_sites:\n"
+    ".rept 4096\n"
+    ".balign 32\n"
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+    "xorl %eax, %eax\n"
+    "ret\n"
+    ".balign 16\n"
+    "movl $1, %eax\n"
+    "ret\n"
+    ".endr\n"
+    ".type bench_sites, @function\n"
+    ".size bench_sites, . - bench_sites\n"
+    /* objtool cannot follow jumps that exist only once patched. */
+    ".pushsection .discard.func_stack_frame_non_standard, \"aw\"\n"
+    ".long bench_sites - .\n"
+    ".popsection\n"
+    ".popsection\n");
+#else
+#define SITE_LEN 4
+asm(".pushsection .text, \"ax\"\n"
+    ".balign 32\n"
+    ".globl bench_sites\n"
+    "bench_sites:\n"
+    ".rept 4096\n"
+    ".balign 32\n"
+    "nop\n"
+    "mov w0, #0\n"
+    "ret\n"
+    ".balign 16\n"
+    "mov w0, #1\n"
+    "ret\n"
+    ".endr\n"
+    ".popsection\n");
+#endif
+extern const u8 bench_sites[];
+
+static void *site_addr(int i)
+{
+	return (void *)(bench_sites + (unsigned long)i * STRIDE);
+}
+
+static int call_site(int i)
+{
+	int (*fn)(void) = site_addr(i);
+
+	return fn();
+}
+
+/*
+ * Upstream's sites: static_branch_unlikely() uses of four keys, with 1, 16, 256 and 4096 sites,
+ * so that each size flips exactly that many sites.
+ */
+static DEFINE_STATIC_KEY_FALSE(key_1);
+static DEFINE_STATIC_KEY_FALSE(key_16);
+static DEFINE_STATIC_KEY_FALSE(key_256);
+static DEFINE_STATIC_KEY_FALSE(key_4096);
+
+#define REF(key, n)                                               \
+	static noinline int ref_##key##n(void)                    \
+	{                                                         \
+		return static_branch_unlikely(&key) ? 1 : 0;      \
+	}
+#define D4(m, p) m(p##0) m(p##1) m(p##2) m(p##3)
+#define D16(m, p) D4(m, p##0) D4(m, p##1) D4(m, p##2) D4(m, p##3)
+#define D64(m, p) D16(m, p##0) D16(m, p##1) D16(m, p##2) D16(m, p##3)
+#define D256(m, p) D64(m, p##0) D64(m, p##1) D64(m, p##2) D64(m, p##3)
+#define D1024(m, p) D256(m, p##0) D256(m, p##1) D256(m, p##2) D256(m, p##3)
+#define D4096(m, p) D1024(m, p##0) D1024(m, p##1) D1024(m, p##2) D1024(m, p##3)
+#define SITE_4096(n) REF(key_4096, n)
+#define SITE_256(n) REF(key_256, n)
+#define SITE_16(n) REF(key_16, n)
+#define PTR_4096(n) ref_key_4096##n,
+#define PTR_256(n) ref_key_256##n,
+#define PTR_16(n) ref_key_16##n,
+D4096(SITE_4096, _)
+D256(SITE_256, _)
+D16(SITE_16, _)
+REF(key_1, _0)
+static int (*const ref_4096[])(void) = { D4096(PTR_4096, _) };
+static int (*const ref_256[])(void) = { D256(PTR_256, _) };
+static int (*const ref_16[])(void) = { D16(PTR_16, _) };
+static int (*const ref_1[])(void) = { ref_key_1_0 };
+
+static const struct {
+	int n;
+	struct static_key_false *key;
+	int (*const *sites)(void);
+} keys[] = {
+	{ 1, &key_1, ref_1 },
+	{ 16, &key_16, ref_16 },
+	{ 256, &key_256, ref_256 },
+	{ 4096, &key_4096, ref_4096 },
+};
+
+enum mode { M_TEXTPOKE, M_STATIC_KEY, M_NOSYNC, M_STOP_MACHINE, M_COUNT };
+static const char *const mode_names[M_COUNT] = { "textpoke", "static_key", "nosync", "stop_machine" };
+
+struct rep_result {
+	enum mode mode;
+	int n, rep;
+	u64 nsecs, max_stall;
+	u32 syncs, records;
+};
+
+static struct {
+	struct mutex lock;		/* one command at a time */
+	struct rep_result *results;
+	int nresults;
+	u8 on_bytes[MAX_SITES][SITE_LEN], off_bytes[SITE_LEN];
+	bool on;			/* current state of our sites and of the key */
+	/* executors */
+	enum mode exec_mode;
+	int (*const *exec_ref)(void);	/* static_key mode: the key's sites */
+	int exec_count;
+	u64 __percpu *max_gap;
+	struct task_struct **threads;
+} bench;
+
+static int executor(void *data)
+{
+	unsigned int cpu = smp_processor_id();
+	u64 last = local_clock();
+	unsigned long n = 0;
+
+	while (!kthread_should_stop()) {
+		int i = n % bench.exec_count;
+		u64 now, gap;
+
+		if (bench.exec_mode == M_STATIC_KEY)
+			bench.exec_ref[i]();
+		else
+			call_site(i);
+		now = local_clock();
+		gap = now - last;
+		if (gap > *per_cpu_ptr(bench.max_gap, cpu))
+			*per_cpu_ptr(bench.max_gap, cpu) = gap;
+		last = now;
+		if (++n % 128 == 0) {
+			cond_resched();
+			/* Time spent yielding is not a patching stall. */
+			last = local_clock();
+		}
+	}
+	return 0;
+}
+
+/* Starts an executor on every online CPU, running the first sites of what `mode` patches. */
+static int start_executors(enum mode mode, int n, int (*const *ref)(void))
+{
+	unsigned int cpu;
+
+	bench.exec_mode = mode;
+	bench.exec_ref = ref;
+	bench.exec_count = min(n, EXEC_SITES);
+	for_each_possible_cpu(cpu)
+		*per_cpu_ptr(bench.max_gap, cpu) = 0;
+	for_each_online_cpu(cpu) {
+		struct task_struct *t = kthread_create_on_cpu(executor, NULL, cpu, "textpoke_bench/%u");
+
+		if (IS_ERR(t))
+			return PTR_ERR(t);
+		get_task_struct(t);
+		bench.threads[cpu] = t;
+		wake_up_process(t);
+	}
+	return 0;
+}
+
+static u64 stop_executors(void)
+{
+	unsigned int cpu;
+	u64 worst = 0;
+
+	for_each_possible_cpu(cpu) {
+		if (bench.threads[cpu]) {
+			kthread_stop_put(bench.threads[cpu]);
+			bench.threads[cpu] = NULL;
+		}
+		worst = max(worst, *per_cpu_ptr(bench.max_gap, cpu));
+	}
+	return worst;
+}
+
+static int flip_textpoke(int n, struct rep_result *r)
+{
+	struct textpoke_batch_stats stats;
+	struct textpoke_batch *batch;
+	int i, ret;
+
+	ret = textpoke_batch_begin(&batch);
+	if (ret)
+		return ret;
+	for (i = 0; i < n && !ret; i++)
+		ret = textpoke_batch_add(batch, site_addr(i),
+					 bench.on ? bench.off_bytes : bench.on_bytes[i], SITE_LEN);
+	if (!ret)
+		ret = textpoke_batch_commit(batch);
+	if (!ret && !textpoke_batch_stats(batch, &stats)) {
+		r->syncs = stats.syncs;
+		r->records = stats.records;
+	}
+	textpoke_batch_end(batch);
+	return ret;
+}
+
+#ifdef CONFIG_ARM64
+static int write_site(int i, bool on)
+{
+	u32 insn;
+	int ret;
+
+	memcpy(&insn, on ? bench.on_bytes[i] : bench.off_bytes, sizeof(insn));
+	ret = aarch64_insn_write(site_addr(i), le32_to_cpu((__force __le32)insn));
+	if (!ret)
+		caches_clean_inval_pou((unsigned long)site_addr(i),
+				       (unsigned long)site_addr(i) + SITE_LEN);
+	return ret;
+}
+
+static int flip_nosync(int n)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < n && !ret; i++)
+		ret = write_site(i, !bench.on);
+	kick_all_cpus_sync();
+	return ret;
+}
+
+struct stop_args {
+	int n;
+	atomic_t cpus;
+	int ret;
+};
+
+static int stop_cb(void *data)
+{
+	struct stop_args *a = data;
+	int i;
+
+	/* The last CPU to arrive patches, the others wait: aarch64_insn_patch_text_cb(). */
+	if (atomic_inc_return(&a->cpus) == num_online_cpus()) {
+		for (i = 0; i < a->n && !a->ret; i++)
+			a->ret = write_site(i, !bench.on);
+		atomic_inc(&a->cpus);
+	} else {
+		while (atomic_read(&a->cpus) <= num_online_cpus())
+			cpu_relax();
+		isb();
+	}
+	return 0;
+}
+
+static int flip_stop_machine(int n)
+{
+	struct stop_args a = { .n = n, .cpus = ATOMIC_INIT(0) };
+	int ret = stop_machine(stop_cb, &a, cpu_online_mask);
+
+	return ret ?: a.ret;
+}
+#endif
+
+static int run_mode(enum mode mode, int n, int reps)
+{
+	struct static_key_false *key = NULL;
+	int (*const *ref)(void) = NULL;
+	struct rep_result *results;
+	int rep, i, ret = 0;
+
+	if (n < 1 || n > MAX_SITES || reps < 1 || reps > 1000)
+		return -EINVAL;
+	for (i = 0; i < ARRAY_SIZE(keys); i++) {
+		if (keys[i].n == n) {
+			key = keys[i].key;
+			ref = keys[i].sites;
+		}
+	}
+#ifndef CONFIG_ARM64
+	if (mode == M_NOSYNC || mode == M_STOP_MACHINE)
+		return -EOPNOTSUPP;
+#endif
+	if (mode == M_STATIC_KEY && !key)
+		return -EINVAL;	/* keys come in sizes 1, 16, 256 and 4096 */
+	results = kcalloc(reps, sizeof(*results), GFP_KERNEL);
+	if (!results)
+		return -ENOMEM;
+	for (rep = 0; rep < reps && !ret; rep++) {
+		struct rep_result *r = &results[rep];
+		u64 start;
+
+		ret = start_executors(mode, n, ref);
+		if (ret)
+			break;
+		msleep(5);
+		start = local_clock();
+		switch (mode) {
+		case M_TEXTPOKE:
+			ret = flip_textpoke(n, r);
+			break;
+		case M_STATIC_KEY:
+			if (bench.on)
+				static_branch_disable(key);
+			else
+				static_branch_enable(key);
+			break;
+#ifdef CONFIG_ARM64
+		case M_NOSYNC:
+			ret = flip_nosync(n);
+			r->syncs = 1;
+			break;
+		case M_STOP_MACHINE:
+			ret = flip_stop_machine(n);
+			r->syncs = 1;
+			break;
+#endif
+		default:
+			ret = -EINVAL;
+		}
+		r->nsecs = local_clock() - start;
+		msleep(5);
+		r->max_stall = stop_executors();
+		r->mode = mode;
+		r->n = n;
+		r->rep = rep;
+		if (!ret)
+			bench.on = !bench.on;
+	}
+	/* Leave everything off, so modes do not depend on each other's order. */
+	if (bench.on) {
+		struct rep_result scratch = {};
+
+		if (mode == M_STATIC_KEY)
+			static_branch_disable(key);
+		else if (mode == M_TEXTPOKE)
+			flip_textpoke(n, &scratch);
+#ifdef CONFIG_ARM64
+		else if (mode == M_NOSYNC)
+			flip_nosync(n);
+		else
+			flip_stop_machine(n);
+#endif
+		bench.on = false;
+	}
+	kfree(bench.results);
+	bench.results = results;
+	bench.nresults = rep;
+	return ret;
+}
+
+static ssize_t control_write(struct file *file, const char __user *ubuf, size_t len, loff_t *pos)
+{
+	char buf[96], mode_name[16];
+	int n, reps, ret;
+	enum mode mode;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (len >= sizeof(buf))
+		return -E2BIG;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	buf[len] = 0;
+	if (sscanf(buf, "run mode=%15s n=%d reps=%d", mode_name, &n, &reps) != 3)
+		return -EINVAL;
+	for (mode = 0; mode < M_COUNT; mode++)
+		if (!strcmp(mode_name, mode_names[mode]))
+			break;
+	if (mode == M_COUNT)
+		return -EINVAL;
+	mutex_lock(&bench.lock);
+	ret = run_mode(mode, n, reps);
+	mutex_unlock(&bench.lock);
+	return ret ?: len;
+}
+
+static int result_show(struct seq_file *m, void *v)
+{
+	int i;
+
+	mutex_lock(&bench.lock);
+	for (i = 0; i < bench.nresults; i++) {
+		struct rep_result *r = &bench.results[i];
+
+		seq_printf(m, "%s %d %d %llu %u %u %llu\n", mode_names[r->mode], r->n, r->rep,
+			   r->nsecs, r->syncs, r->records, r->max_stall);
+	}
+	mutex_unlock(&bench.lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(result);
+
+static const struct file_operations control_fops = {
+	.owner = THIS_MODULE,
+	.write = control_write,
+};
+
+static struct dentry *dir;
+
+static int __init bench_init(void)
+{
+	int i, ret;
+
+	mutex_init(&bench.lock);
+	bench.max_gap = alloc_percpu(u64);
+	bench.threads = kcalloc(nr_cpu_ids, sizeof(*bench.threads), GFP_KERNEL);
+	if (!bench.max_gap || !bench.threads) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	memcpy(bench.off_bytes, site_addr(0), SITE_LEN);
+	for (i = 0; i < MAX_SITES; i++) {
+		ret = textpoke_encode(TEXTPOKE_JMP, site_addr(i), site_addr(i) + 16, SITE_LEN,
+				      bench.on_bytes[i]);
+		if (!ret)
+			ret = textpoke_register_site(THIS_MODULE, site_addr(i), SITE_LEN);
+		if (ret) {
+			while (--i >= 0)
+				textpoke_unregister_site(THIS_MODULE, site_addr(i));
+			goto fail;
+		}
+	}
+	dir = debugfs_create_dir("textpoke_bench", NULL);
+	debugfs_create_file("control", 0200, dir, NULL, &control_fops);
+	debugfs_create_file("result", 0400, dir, NULL, &result_fops);
+	return 0;
+fail:
+	kfree(bench.threads);
+	free_percpu(bench.max_gap);
+	return ret;
+}
+module_init(bench_init);
+
+static void __exit bench_exit(void)
+{
+	int i;
+
+	debugfs_remove(dir);
+	for (i = 0; i < MAX_SITES; i++)
+		textpoke_unregister_site(THIS_MODULE, site_addr(i));
+	kfree(bench.results);
+	kfree(bench.threads);
+	free_percpu(bench.max_gap);
+}
+module_exit(bench_exit);
+
+MODULE_DESCRIPTION("textpoke against the kernel's own text patching, in the same boot");
+MODULE_LICENSE("GPL");
