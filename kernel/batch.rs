@@ -314,6 +314,13 @@ impl Batch {
         let lock = held.get_or_insert_with(|| engine.series.lock_text());
         arch::write(&engine.series, lock, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
+        if self.stats.writes % 64 == 0 {
+            // A big batch on a slow machine writes for a long time; let others run, as upstream
+            // text_poke_bp_batch() does since a batch tripped the soft-lockup watchdog. Holding
+            // text_mutex and the hotplug lock across it is fine: both are sleeping locks, and a
+            // guard left in place meanwhile is what the trap handler is for.
+            cpu::cond_resched();
+        }
         Ok(())
     }
 

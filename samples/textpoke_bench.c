@@ -14,7 +14,9 @@
  *                 aarch64_insn_write() plus cache maintenance per site, then one
  *                 kick_all_cpus_sync(); no guard, no record;
  *   stop_machine  arm64 only: every CPU parked in stop_machine() while one writes all sites
- *                 (what aarch64_insn_patch_text() does, and what was proposed in 2019).
+ *                 (what aarch64_insn_patch_text() does, and what was proposed in 2019);
+ *   idle          everything but the patching: the baseline of IPIs and stalls that starting
+ *                 and stopping the executors costs, which the agent subtracts.
  *
  * While a mode runs, a kthread on every online CPU executes 64 of the sites in a loop and
  * records the longest gap between two of its executions: the worst stall patching caused.
@@ -150,8 +152,10 @@ static const struct {
 	{ 4096, &key_4096, ref_4096 },
 };
 
-enum mode { M_TEXTPOKE, M_STATIC_KEY, M_NOSYNC, M_STOP_MACHINE, M_COUNT };
-static const char *const mode_names[M_COUNT] = { "textpoke", "static_key", "nosync", "stop_machine" };
+enum mode { M_TEXTPOKE, M_STATIC_KEY, M_NOSYNC, M_STOP_MACHINE, M_IDLE, M_COUNT };
+static const char *const mode_names[M_COUNT] = {
+	"textpoke", "static_key", "nosync", "stop_machine", "idle"
+};
 
 struct rep_result {
 	enum mode mode;
@@ -371,6 +375,8 @@ static int run_mode(enum mode mode, int n, int reps)
 			r->syncs = 1;
 			break;
 #endif
+		case M_IDLE:
+			break;
 		default:
 			ret = -EINVAL;
 		}
@@ -380,7 +386,7 @@ static int run_mode(enum mode mode, int n, int reps)
 		r->mode = mode;
 		r->n = n;
 		r->rep = rep;
-		if (!ret)
+		if (!ret && mode != M_IDLE)
 			bench.on = !bench.on;
 	}
 	/* Leave everything off, so modes do not depend on each other's order. */
