@@ -6,7 +6,8 @@
 # Kbuild in 6.12 writes objects next to the sources (M= has no separate output directory), so
 # the module sources are mirrored (mtimes preserved, so Kbuild stays incremental) into
 # $TEXTPOKE_CACHE/modules/<arch>[-unpatched]/ and built there against the matching kernel.
-# CLIPPY=1 in the environment runs clippy-driver instead of rustc, as for in-tree code.
+# CLIPPY=1 in the environment runs clippy-driver instead of rustc, as for in-tree code;
+# TEXTPOKE_MODULES_OUT builds somewhere else (tools/test.sh lints in its own tree).
 set -euo pipefail
 
 arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched]}
@@ -16,7 +17,7 @@ cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 export PATH="$HOME/.cargo/bin:$PATH"
 
 kdir=$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)
-out=$cache/modules/$arch$([ "$variant" = patched ] || echo "-$variant")
+out=${TEXTPOKE_MODULES_OUT:-$cache/modules/$arch$([ "$variant" = patched ] || echo "-$variant")}
 mkdir -p "$out"
 rsync -a --delete \
 	--include='/Makefile' --include='/Kbuild' \

@@ -35,7 +35,9 @@ awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d f
 
 step "host: loom model checking of the pending-instruction table"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$cache/cargo-loom \
-	cargo test --release -p textpoke-core --test pending_loom 2>&1 | tail -n 3
+	cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1 2>&1 |
+	tee "$out/loom.log" | grep -E '^(test |loom explored|test result)' || true
+grep -q '^test result: ok' "$out/loom.log" || { echo "loom failed: see $out/loom.log" >&2; exit 1; }
 
 step "host: fuzz smoke run (10 s per target)"
 tools/fuzz/run.sh 10
@@ -43,6 +45,17 @@ tools/fuzz/run.sh 10
 step "host: rustfmt"
 cargo fmt --all --check
 rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs
+
+step "lint: make CLIPPY=1 modules"
+for arch in $arches; do
+	CLIPPY=1 TEXTPOKE_MODULES_OUT=$cache/modules-clippy/$arch tools/modules.sh "$arch" \
+		>/dev/null 2>"$out/clippy-$arch.log"
+	if grep -iE 'warning|error' "$out/clippy-$arch.log"; then
+		echo "clippy or compiler warnings for $arch: see $out/clippy-$arch.log" >&2
+		exit 1
+	fi
+	echo "$arch: no warnings"
+done
 
 step "host: runner"
 CARGO_TARGET_DIR=$cache/cargo-host cargo build --quiet --release -p textpoke-runner

@@ -156,6 +156,19 @@ pub fn check_ordering(
     r
 }
 
+/// The largest number of `(start, end)` intervals that overlap at one moment.
+pub fn max_overlap(intervals: impl Iterator<Item = (u64, u64)>) -> usize {
+    // Ends sort before starts at the same time: touching intervals do not overlap.
+    let mut points: Vec<(u64, i32)> = intervals.flat_map(|(s, e)| [(s, 1), (e, -1)]).collect();
+    points.sort_by_key(|&(t, d)| (t, d));
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in points {
+        now += d;
+        max = max.max(now);
+    }
+    usize::try_from(max).unwrap_or(0)
+}
+
 /// Checks that two record streams describe the same pokes: same count, and for every address
 /// the same sequence of (old, new). `a` and `b` name the streams in messages.
 pub fn same_pokes(
@@ -306,6 +319,14 @@ mod tests {
         ];
         let r = check_ordering(&sites, &lines, &bad);
         assert_eq!(r.violations, 4, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn overlap_of_intervals() {
+        assert_eq!(max_overlap([(0, 10), (20, 30)].into_iter()), 1);
+        assert_eq!(max_overlap([(0, 10), (10, 20)].into_iter()), 1);
+        assert_eq!(max_overlap([(0, 10), (5, 20), (6, 7)].into_iter()), 3);
+        assert_eq!(max_overlap(std::iter::empty()), 0);
     }
 
     #[test]

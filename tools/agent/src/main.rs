@@ -215,6 +215,18 @@ fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
             }
         }
     }
+    if spec.contains("pokers=") && !spec.contains("pokers=1") {
+        // Concurrent pokers must really have had batches in flight at the same time.
+        let overlap = checks::max_overlap(ev.batches.iter().map(|b| (b.start, b.end)));
+        children.push(
+            Case::check(
+                "batches_in_flight_together",
+                overlap >= 2,
+                format!("at most {overlap} batch in flight at any time"),
+            )
+            .with_log(format!("up to {overlap} batches were in flight at once")),
+        );
+    }
     children.push(Case::check(
         "stable_executions_consistent",
         exerciser::number(&ev.result, "stable_violations") == 0,

@@ -36,10 +36,20 @@ fn table(cpus: usize) -> Arc<Table> {
     ))
 }
 
+/// Explores every interleaving of `f` (up to 3 preemptions) and prints how many there were.
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = iterations.clone();
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
-    builder.check(f);
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    println!(
+        "loom explored {} interleavings",
+        iterations.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
 
 /// A reader that saw the guard finds the entry unless it was already retired, and never reads
