@@ -42,6 +42,9 @@ grep -q '^test result: ok' "$out/loom.log" || { echo "loom failed: see $out/loom
 step "host: fuzz smoke run (10 s per target)"
 tools/fuzz/run.sh 10
 
+step "host: clippy"
+CARGO_TARGET_DIR=$cache/cargo-clippy cargo clippy --quiet --workspace --all-targets -- -D warnings
+
 step "host: rustfmt"
 cargo fmt --all --check
 rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs

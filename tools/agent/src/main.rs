@@ -12,6 +12,7 @@
 //! KTAP documents meanwhile, and two documents must not interleave. Progress goes to the log as
 //! `textpoke-agent:` lines. The guest powers off at the end (QEMU runs with `-no-reboot`).
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 use textpoke_agent::checks;
@@ -92,6 +93,24 @@ struct Evidence {
     execs: Vec<textpoke_agent::uapi::ExecRecord>,
 }
 
+/// The addresses of every exerciser site.
+fn site_addrs(sites: &[Site]) -> HashSet<u64> {
+    sites.iter().map(|s| s.addr).collect()
+}
+
+impl Evidence {
+    /// The recorded pokes of exerciser sites (the kernel's own pokes left out).
+    fn site_pokes(&self, sites: &[Site]) -> Vec<TextPokeRec> {
+        let addrs = site_addrs(sites);
+        self.drain
+            .pokes
+            .iter()
+            .filter(|p| addrs.contains(&p.addr))
+            .cloned()
+            .collect()
+    }
+}
+
 fn run_scenario(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, String> {
     let (base, len) = region(sites);
     clear_engine_log()?;
@@ -132,14 +151,7 @@ fn scenario_case(name: &str, spec: &str, sites: &[Site], kcore: &Kcore) -> Case 
 
 /// The checks of one scenario's evidence.
 fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
-    let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours: Vec<TextPokeRec> = ev
-        .drain
-        .pokes
-        .iter()
-        .filter(|p| addrs.contains(&p.addr))
-        .cloned()
-        .collect();
+    let ours = ev.site_pokes(sites);
     let mut children = Vec::new();
     let committed = ev.batches.iter().filter(|b| b.errno == 0).count();
     children.push(Case::check(
@@ -266,14 +278,7 @@ fn broken_case(name: &str, protocol: u32, spec: &str, sites: &[Site], kcore: &Kc
         (Err(e), _) => return Case::fail(name, e),
         (_, Err(e)) => return Case::fail(name, format!("resetting debug_protocol: {e}")),
     };
-    let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours: Vec<TextPokeRec> = ev
-        .drain
-        .pokes
-        .iter()
-        .filter(|p| addrs.contains(&p.addr))
-        .cloned()
-        .collect();
+    let ours = ev.site_pokes(sites);
     match checks::timelines(sites, &ours) {
         Ok(lines) => {
             let r = checks::check_ordering(sites, &lines, &ev.execs);
@@ -416,7 +421,7 @@ fn real_perf_cases(spec: &str, sites: &[Site]) -> Vec<Case> {
         return vec![Case::skip("real_perf", "no perf binary in this guest")];
     };
     let mut out = Vec::new();
-    let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
+    let addrs = site_addrs(sites);
     // Our pokes: perf's workload is this agent, running one scenario.
     let ours = (|| -> Result<Case, String> {
         clear_engine_log()?;
@@ -574,13 +579,7 @@ fn narrate(spec: &str, ev: &Evidence, sites: &[Site]) {
             times.iter().max().unwrap_or(&0) / 1000
         ));
     }
-    let addrs: std::collections::HashSet<u64> = sites.iter().map(|s| s.addr).collect();
-    let ours = ev
-        .drain
-        .pokes
-        .iter()
-        .filter(|p| addrs.contains(&p.addr))
-        .count();
+    let ours = ev.site_pokes(sites).len();
     say(format!(
         "perf recorded {ours} PERF_RECORD_TEXT_POKE records on {} CPUs (lost: {})",
         sys::online_cpus().map(|c| c.len()).unwrap_or(0),
