@@ -164,17 +164,12 @@ impl Batch {
         let start = clock::now();
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
-        for e in self.entries.iter() {
-            let mut now = [0u8; MAX_INSN_LEN];
-            let now = now.get_mut(..e.old.len()).ok_or(errno::wrong_size())?;
-            kernel_text::read(e.addr, now)?;
-            if *now != *e.old.as_slice() {
-                pr_err!(
-                    "batch {id}: site {:#x} changed behind textpoke's back\n",
-                    e.addr
-                );
-                return Err(errno::text_changed());
-            }
+        if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.old)) {
+            pr_err!(
+                "batch {id}: site {:#x} changed behind textpoke's back\n",
+                e.addr
+            );
+            return Err(errno::text_changed());
         }
         let mut pending = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
         let mut changes = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
@@ -217,9 +212,12 @@ impl Batch {
 
         let mut sites = engine.sites.lock();
         for e in self.entries.iter() {
+            // After a failed batch a site holds its new instruction if its record went out
+            // (see `recover`), its old one otherwise: keep the registry in step with the text.
+            let new = ran.is_ok() || holds(e.addr, &e.new);
             if let Found::Site(i) = sites.find(e.addr) {
                 if let Some(site) = sites.get_mut(i) {
-                    if ran.is_ok() {
+                    if new {
                         site.current = e.new;
                     }
                     site.batch = 0;
@@ -389,6 +387,13 @@ impl Batch {
         arch::sync_all();
         self.stats.syncs = self.stats.syncs.saturating_add(1);
     }
+}
+
+/// Whether the text at `addr` is `insn` now.
+fn holds(addr: u64, insn: &InsnBytes) -> bool {
+    let mut now = [0u8; MAX_INSN_LEN];
+    now.get_mut(..insn.len())
+        .is_some_and(|now| kernel_text::read(addr, now).is_ok() && *now == *insn.as_slice())
 }
 
 /// The errno and log line for a batch the pending table refused.
