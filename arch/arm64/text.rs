@@ -27,7 +27,7 @@ pub(crate) fn write(
     };
     kernel::error::to_result(ret)?;
     // SAFETY: Cache maintenance by virtual address on the instruction just written.
-    unsafe { bindings::caches_clean_inval_pou(addr as usize, addr as usize + 4) };
+    unsafe { bindings::caches_clean_inval_pou(addr as usize, (addr as usize).wrapping_add(4)) };
     Ok(())
 }
 

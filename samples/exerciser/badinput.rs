@@ -53,9 +53,9 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
         b"unregistered" => {
             // The taken path of a branch function: text of ours, but no site.
             let mut b = Batch::begin()?;
-            b.add(site.func + 16, site.on())
+            b.add(site.func.wrapping_add(16), site.on())
         }
-        b"inside_site" => Batch::begin()?.add(site.addr + 1, site.on()),
+        b"inside_site" => Batch::begin()?.add(site.addr.wrapping_add(1), site.on()),
         b"engine_text" => {
             let addr = (textpoke_cpu_traps as unsafe extern "C" fn(u32) -> u64) as usize as u64;
             engine_api::register_site(module, addr, site.len)
@@ -87,7 +87,7 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
                 // x86 instructions have no alignment: nothing to refuse.
                 return Err(EINVAL);
             }
-            engine_api::register_site(module, site.addr + 2, site.len)
+            engine_api::register_site(module, site.addr.wrapping_add(2), site.len)
         }
         b"duplicate" => {
             let mut b = Batch::begin()?;

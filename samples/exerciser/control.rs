@@ -60,7 +60,7 @@ impl Control {
         let (verb, rest) = match line.iter().position(|b| *b == b' ') {
             Some(i) => (
                 line.get(..i).unwrap_or(&[]),
-                debugfs::trim(line.get(i + 1..).unwrap_or(&[])),
+                debugfs::trim(line.get(i.saturating_add(1)..).unwrap_or(&[])),
             ),
             None => (line, &[][..]),
         };
