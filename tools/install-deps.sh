@@ -58,13 +58,25 @@ apt_packages() {
 	for p in "${base[@]}"; do
 		[ -n "$(installed_version "$p")" ] || missing+=("$p")
 	done
-	if [ "$(installed_version linux-source-6.12)" != "$KERNEL_SOURCE_VERSION" ]; then
-		missing+=("linux-source-6.12=$KERNEL_SOURCE_VERSION")
-	fi
 	if [ ${#missing[@]} -gt 0 ]; then
 		apt_update_once
 		log "installing ${missing[*]}"
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+	local have
+	have=$(installed_version linux-source-6.12)
+	if [ "$have" != "$KERNEL_SOURCE_VERSION" ]; then
+		apt_update_once
+		log "installing linux-source-6.12=$KERNEL_SOURCE_VERSION"
+		if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			"linux-source-6.12=$KERNEL_SOURCE_VERSION" >/dev/null; then
+			# The security archive keeps a few versions only. Another one is worth a try: the
+			# kernel cache is keyed on the version, and tools/kernel.sh says so clearly if a
+			# patch of the series no longer applies.
+			log "linux-source-6.12 $KERNEL_SOURCE_VERSION is not available; using ${have:-the current one}"
+			[ -n "$have" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends linux-source-6.12 >/dev/null
+		fi
 	fi
 
 	# QEMU 10 and perf 6.12 come from backports: bookworm's QEMU 7.2 conflicts with the image's
