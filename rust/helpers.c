@@ -8,6 +8,7 @@
  */
 
 #include <linux/cpuhplock.h>
+#include <linux/kprobes.h>
 #include <linux/preempt.h>
 #include <linux/ptrace.h>
 #include <linux/sched.h>
@@ -25,6 +26,8 @@ unsigned int textpoke_helper_cpu(void)
 {
 	return raw_smp_processor_id();
 }
+/* Called from textpoke's trap hooks, which must never recurse into a kprobe. */
+NOKPROBE_SYMBOL(textpoke_helper_cpu);
 
 u64 textpoke_helper_local_clock(void)
 {
@@ -69,6 +72,7 @@ struct pt_regs *textpoke_helper_kernel_int3_regs(unsigned long val, void *data)
 		return NULL;
 	return args->regs;
 }
+NOKPROBE_SYMBOL(textpoke_helper_kernel_int3_regs);
 
 void textpoke_helper_sync_core(void)
 {
