@@ -302,11 +302,11 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         in_flight: impl FnOnce() -> R,
     ) -> Result<R, PublishError> {
         validate(entries)?;
-        let (index, slot) = self.claim()?;
         let (lo, hi) = match (entries.first(), entries.last()) {
             (Some(first), Some(last)) => (first.addr(), last.addr().saturating_add(last.size())),
             _ => return Err(PublishError::Empty),
         };
+        let (index, slot) = self.claim()?;
         slot.entries
             .store(entries.as_ptr().cast_mut(), Ordering::Relaxed);
         slot.len.store(entries.len(), Ordering::Relaxed);
