@@ -7,8 +7,9 @@
 //! then emulates it. Requirements, and how they are met:
 //!
 //! - **Lookup from trap context is wait-free, lock-free and allocation-free**: a lookup visits at
-//!   most [`MAX_BATCHES`] slots, and for each one does two loads, one increment, one decrement
-//!   and a binary search. It never spins on anything another CPU holds.
+//!   most [`MAX_BATCHES`] slots; for each one whose range may hold the address it does one
+//!   increment, a fence, one decrement and a binary search. It never spins on anything another
+//!   CPU holds.
 //! - **Several independent batches in flight at once**: a batch occupies one of
 //!   [`MAX_BATCHES`] slots, each with its own sorted, immutable entry array. (Upstream x86 has a
 //!   single global descriptor serialized by `text_mutex`.)
@@ -154,6 +155,20 @@ impl<E> Slot<E> {
     }
 }
 
+impl<E> Slot<E> {
+    /// Whether `addr` is within the slot's range, read without registering as a reader.
+    ///
+    /// A filter before the increment and fence: a lookup pays for those only in slots that may
+    /// hold its address. It never filters out the batch a trap belongs to: that batch stored its
+    /// range before its `Release` store of `LIVE`, which the caller's `Acquire` load saw (the
+    /// guard was written after it), and the slot cannot be reused while its guard can still be
+    /// executed. A stale range of another batch is harmless: the registered search that follows
+    /// decides.
+    fn may_cover(&self, addr: u64) -> bool {
+        addr >= self.lo.load(Ordering::Relaxed) && addr < self.hi.load(Ordering::Relaxed)
+    }
+}
+
 impl<E: Pending> Slot<E> {
     /// The slot's entries.
     ///
@@ -179,7 +194,7 @@ impl<E: Pending> Slot<E> {
     ///
     /// As for [`Slot::entries`].
     unsafe fn find(&self, addr: u64) -> Option<E> {
-        if addr < self.lo.load(Ordering::Relaxed) || addr >= self.hi.load(Ordering::Relaxed) {
+        if !self.may_cover(addr) {
             return None;
         }
         // SAFETY: Forwarded from the caller.
@@ -268,7 +283,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     pub fn lookup(&self, cpu: usize, addr: u64) -> Option<E> {
         let counts = &self.readers.get(cpu)?.count;
         for (slot, count) in self.slots.iter().zip(counts.iter()) {
-            if slot.state.load(Ordering::Acquire) != LIVE {
+            if slot.state.load(Ordering::Acquire) != LIVE || !slot.may_cover(addr) {
                 continue;
             }
             count.fetch_add(1, Ordering::Relaxed);

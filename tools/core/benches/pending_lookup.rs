@@ -29,11 +29,15 @@ impl Pending for Entry {
 
 type Table = PendingTable<Entry, Vec<CpuReaders>>;
 
+/// How `n` entries are dealt into a number of batches.
+type Layout = fn(usize, usize) -> Vec<Vec<Entry>>;
+
 fn table() -> Table {
     PendingTable::new((0..2).map(|_| CpuReaders::new()).collect())
 }
 
-/// `n` sites 8 bytes apart, dealt round-robin into `batches` sorted batches.
+/// `n` sites 8 bytes apart, dealt round-robin into `batches` sorted batches, so that every
+/// batch's range covers every address (the worst case for the range filter).
 fn batches(n: usize, batches: usize) -> Vec<Vec<Entry>> {
     let mut out = vec![Vec::new(); batches];
     for i in 0..n {
@@ -42,6 +46,20 @@ fn batches(n: usize, batches: usize) -> Vec<Vec<Entry>> {
         });
     }
     out
+}
+
+/// `n` sites 8 bytes apart, cut into `batches` contiguous batches (disjoint ranges, as when the
+/// batches patch different functions or modules).
+fn contiguous(n: usize, batches: usize) -> Vec<Vec<Entry>> {
+    let per = n.div_ceil(batches);
+    (0..n)
+        .map(|i| Entry {
+            addr: 0xffff_ffff_c000_0000 + i as u64 * 8,
+        })
+        .collect::<Vec<_>>()
+        .chunks(per)
+        .map(<[Entry]>::to_vec)
+        .collect()
 }
 
 /// Publishes every batch (nested, so all are in flight at once) and runs `f` inside.
@@ -70,23 +88,25 @@ fn lookups(c: &mut Criterion) {
     let mut group = c.benchmark_group("lookup");
     group.throughput(Throughput::Elements(1));
     for &n in &[1usize, 256, 4096, 65536] {
-        for &spread in &[1usize, MAX_BATCHES] {
-            let spread = spread.min(n);
+        // One batch, and (where there are enough entries) the most batches in flight, with
+        // interleaved or disjoint ranges.
+        let layouts: [(&str, usize, Layout); 3] = [
+            ("1_batches", 1, batches),
+            ("16_batches", MAX_BATCHES, batches),
+            ("16_disjoint_batches", MAX_BATCHES, contiguous),
+        ];
+        for (name, spread, layout) in layouts.into_iter().filter(|l| l.1 <= n) {
             let t = table();
-            let b = batches(n, spread);
+            let b = layout(n, spread);
             let addrs = addresses(n);
             with_all(&t, &b, &mut || {
-                group.bench_with_input(
-                    BenchmarkId::new(format!("{spread}_batches"), n),
-                    &n,
-                    |bench, _| {
-                        let mut i = 0;
-                        bench.iter(|| {
-                            i = (i + 1) % addrs.len();
-                            black_box(t.lookup(0, black_box(addrs[i])))
-                        })
-                    },
-                );
+                group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
+                    let mut i = 0;
+                    bench.iter(|| {
+                        i = (i + 1) % addrs.len();
+                        black_box(t.lookup(0, black_box(addrs[i])))
+                    })
+                });
             });
         }
     }
