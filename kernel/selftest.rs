@@ -3,9 +3,10 @@
 //! The load-time self-test, reported as a KTAP document named `textpoke_selftest`.
 //!
 //! It checks what can be checked without another module's sites: the patch series, the plan,
-//! the pending table, the record codec, the all-CPU sync, and the whole trap path on a site of
-//! textpoke's own (guard written, CPU traps, handler emulates the new instruction, guard
-//! removed). Batches on real sites are exercised by the samples, driven from the guest agent.
+//! the pending table, the record codec, the all-CPU sync, and the whole trap path on each of
+//! the arch's own sites in [`selftest_site::SITES`] (guard written, CPU traps, handler emulates
+//! the new instruction, guard removed). Batches on real sites are exercised by the samples,
+//! driven from the guest agent.
 
 use crate::arch::{self, selftest_site};
 use crate::cpu::{self, NoPreempt};
@@ -15,9 +16,23 @@ use crate::plan::{Change, Cost, Plan};
 use crate::poke_log::LAYOUT;
 use crate::record::{self, Record, SampleId};
 
+/// A site of textpoke's own that the self-test guards and executes on the current CPU.
+pub(crate) struct TrapSite {
+    /// The KTAP case.
+    pub(crate) name: &'static str,
+    /// The site's address.
+    pub(crate) addr: fn() -> u64,
+    /// Runs the site's function: 0 if the site executed `old`, 1 if it behaved as `new`.
+    pub(crate) call: fn() -> u32,
+    /// The instruction the site holds.
+    pub(crate) old: arch::Insn,
+    /// The instruction the self-test has the trap handler emulate.
+    pub(crate) new: fn() -> arch::Insn,
+}
+
 /// Runs every test; `true` if all passed.
 pub(crate) fn run(engine: &Engine) -> bool {
-    let mut t = Ktap::start("textpoke_selftest", 6);
+    let mut t = Ktap::start("textpoke_selftest", 5 + selftest_site::SITES.len());
     // Reaching this point means `Series::resolve` found every export.
     t.result("patch_series_resolved", Ok(()));
     t.result("plan_cost_matches_protocol", plan_cost());
@@ -25,15 +40,18 @@ pub(crate) fn run(engine: &Engine) -> bool {
     t.result("record_codec_round_trip", record_round_trip());
     arch::sync_all();
     t.result("all_cpu_sync_returns", Ok(()));
-    t.result("trap_emulates_pending_instruction", trap(engine));
+    for site in &selftest_site::SITES {
+        t.result(site.name, trap(engine, site));
+    }
     t.finish()
 }
 
-fn change() -> Result<(Change, arch::Insn), &'static str> {
-    let site = selftest_site::site();
-    let new = selftest_site::new();
-    let old = selftest_site::OLD.encode(site).map_err(|e| e.as_str())?;
-    let new_bytes = new.encode(site).map_err(|e| e.as_str())?;
+/// The change `site` undergoes, and its new instruction.
+fn change_of(site: &TrapSite) -> Result<(Change, arch::Insn), &'static str> {
+    let addr = (site.addr)();
+    let new = (site.new)();
+    let old = site.old.encode(addr).map_err(|e| e.as_str())?;
+    let new_bytes = new.encode(addr).map_err(|e| e.as_str())?;
     Ok((
         Change {
             old,
@@ -41,6 +59,16 @@ fn change() -> Result<(Change, arch::Insn), &'static str> {
         },
         new,
     ))
+}
+
+/// The first self-test site: a real one, for the checks that need any.
+fn first_site() -> Result<&'static TrapSite, &'static str> {
+    selftest_site::SITES.first().ok_or("no self-test site")
+}
+
+/// The first self-test site's change.
+fn change() -> Result<(Change, arch::Insn), &'static str> {
+    change_of(first_site()?)
 }
 
 fn plan_cost() -> Result<(), &'static str> {
@@ -99,7 +127,7 @@ fn record_round_trip() -> Result<(), &'static str> {
         ..SampleId::default()
     };
     let mut buf = [0u8; 128];
-    let site = selftest_site::site();
+    let site = (first_site()?.addr)();
     let n = record::write_text_poke(
         &mut buf,
         record::PERF_RECORD_MISC_KERNEL,
@@ -125,12 +153,12 @@ fn record_round_trip() -> Result<(), &'static str> {
     }
 }
 
-/// Guards the self-test site, executes it (it must trap and behave as the new instruction),
-/// then puts the old instruction back.
-fn trap(engine: &Engine) -> Result<(), &'static str> {
-    let (c, insn) = change()?;
-    let site = selftest_site::site();
-    if selftest_site::call() != 0 {
+/// Guards a self-test site, executes it (it must trap and behave as the new instruction), then
+/// puts the old instruction back.
+fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
+    let (c, insn) = change_of(s)?;
+    let site = (s.addr)();
+    if (s.call)() != 0 {
         return Err("site did not hold its original instruction");
     }
     let len = u8::try_from(c.new.len()).map_err(|_| "length")?;
@@ -155,7 +183,7 @@ fn trap(engine: &Engine) -> Result<(), &'static str> {
                     let _pinned = NoPreempt::new();
                     let c = cpu::current();
                     let before = engine.stats.cpu_traps(c);
-                    let path = selftest_site::call();
+                    let path = (s.call)();
                     (path, engine.stats.cpu_traps(c).wrapping_sub(before))
                 };
                 // Back to the original: the guard covers exactly the old head.
@@ -166,7 +194,7 @@ fn trap(engine: &Engine) -> Result<(), &'static str> {
         )
         .map_err(|_| "publish refused")??;
     match outcome {
-        (1, 1) if selftest_site::call() == 0 => Ok(()),
+        (1, 1) if (s.call)() == 0 => Ok(()),
         (1, 1) => Err("original instruction not restored"),
         (1, _) => Err("took the new path without a counted trap"),
         _ => Err("trap did not emulate the new instruction"),

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A site inside textpoke itself for the load-time self-test of the trap path.
+//! Sites inside textpoke itself for the load-time self-test of the trap path.
 //!
 //! The API refuses sites in textpoke's own text (it is the trap path), but the self-test drives
-//! the primitives directly: this function is never executed by the trap handler, so guarding it
-//! cannot recurse.
+//! the primitives directly: these functions are never executed by the trap handler, so guarding
+//! them cannot recurse.
 
 use super::insn::Insn;
+use crate::selftest::TrapSite;
 
 /// Returns 0 through its fall-through path: the site is the `NOP` at its entry.
 #[unsafe(naked)]
@@ -20,22 +21,34 @@ extern "C" fn textpoke_selftest_taken() -> u32 {
     core::arch::naked_asm!("mov w0, #1", "ret")
 }
 
-/// The site's address.
-pub(crate) fn site() -> u64 {
-    (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64
+/// Returns whether x9 holds the return address after the site at offset 4: 0 after the `NOP`,
+/// 1 after ftrace's `MOV X9, X30` prologue (x30 is the caller's return address, never 0).
+#[unsafe(naked)]
+extern "C" fn textpoke_selftest_prologue_site() -> u32 {
+    core::arch::naked_asm!("mov x9, xzr", "nop", "cmp x9, x30", "cset w0, eq", "ret")
 }
 
-/// Executes the site: 0 if it ran its original NOP, 1 if it branched.
-pub(crate) fn call() -> u32 {
-    textpoke_selftest_site()
-}
-
-/// The instruction the site holds.
-pub(crate) const OLD: Insn = Insn::Nop;
-
-/// The instruction the self-test installs: a branch to the taken path.
-pub(crate) fn new() -> Insn {
-    Insn::B {
-        target: (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64,
-    }
-}
+/// The self-test's trap cases. `MOV X9, X30` gets its own: the exerciser installs it once at
+/// load, before anything runs it (the architecture does not allow changing a `MOV` while other
+/// CPUs may execute it), so only this private site, run by one CPU, traps on it.
+pub(crate) static SITES: [TrapSite; 2] = [
+    TrapSite {
+        name: "trap_emulates_b",
+        addr: || (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64,
+        call: || textpoke_selftest_site(),
+        old: Insn::Nop,
+        new: || Insn::B {
+            target: (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64,
+        },
+    },
+    TrapSite {
+        name: "trap_emulates_mov_x9_x30",
+        addr: || {
+            ((textpoke_selftest_prologue_site as extern "C" fn() -> u32) as usize as u64)
+                .wrapping_add(4)
+        },
+        call: || textpoke_selftest_prologue_site(),
+        old: Insn::Nop,
+        new: || Insn::MovX9X30,
+    },
+];
