@@ -102,7 +102,14 @@ arm64_busybox() {
 		apt_update_once
 		mkdir -p "$dir"
 		log "downloading busybox-static:arm64"
-		(cd "$dir" && apt-get download -qq busybox-static:arm64)
+		# apt downloads as the unprivileged _apt user, which cannot write into a cache
+		# under /root: fetch into a directory it owns, then move the file.
+		local tmp
+		tmp=$(mktemp -d)
+		chown _apt "$tmp" 2>/dev/null || true
+		(cd "$tmp" && apt-get download -qq busybox-static:arm64)
+		mv "$tmp"/busybox-static_*_arm64.deb "$dir"/
+		rm -rf "$tmp"
 	fi
 }
 
