@@ -46,7 +46,7 @@ else:
             if not r or not a:
                 continue
             # make test replays textpoke's stream onto /proc/kcore; here only the count is known.
-            stream = (f"yes, {r['records_per_batch']} records per batch"
+            stream = (f"yes, {r['records_per_batch']} record{'s' if n > 1 else ''} per batch"
                       if r["records_per_batch"] >= n else "none")
             print(f"| {n} | {label} | {us(r['median_ns'])} | "
                   f"{ratio(r['median_ns'], a['median_ns'])} | {r['call_ipis_per_batch']:.0f} | "
