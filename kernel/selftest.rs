@@ -30,9 +30,16 @@ pub(crate) struct TrapSite {
     pub(crate) new: fn() -> arch::Insn,
 }
 
+/// Cases only one arch has: arm64's exclusive claim of the guard's `BRK` immediate.
+#[cfg(CONFIG_ARM64)]
+const ARCH_CASES: usize = 1;
+#[cfg(not(CONFIG_ARM64))]
+const ARCH_CASES: usize = 0;
+
 /// Runs every test; `true` if all passed.
 pub(crate) fn run(engine: &Engine) -> bool {
-    let mut t = Ktap::start("textpoke_selftest", 5 + selftest_site::SITES.len());
+    let planned = 5 + selftest_site::SITES.len() + ARCH_CASES;
+    let mut t = Ktap::start("textpoke_selftest", planned);
     // Reaching this point means `Series::resolve` found every export.
     t.result("patch_series_resolved", Ok(()));
     t.result("plan_cost_matches_protocol", plan_cost());
@@ -43,7 +50,22 @@ pub(crate) fn run(engine: &Engine) -> bool {
     for site in &selftest_site::SITES {
         t.result(site.name, trap(engine, site));
     }
+    #[cfg(CONFIG_ARM64)]
+    t.result("brk_immediate_claimed_once", second_claim_refused(engine));
     t.finish()
+}
+
+/// Another patcher cannot claim the guard's immediate while textpoke holds it: a second owner
+/// would be handed traps on guards whose pending instructions only textpoke knows.
+#[cfg(CONFIG_ARM64)]
+fn second_claim_refused(engine: &Engine) -> Result<(), &'static str> {
+    match arch::TrapHook::register(&engine.series) {
+        Err(e) if e == kernel::error::code::EBUSY => Ok(()),
+        Err(_) => Err("second claim refused with an errno other than EBUSY"),
+        // Dropping it unregisters textpoke's hook too; the failed self-test then refuses the
+        // load, and no guard has been written.
+        Ok(_second) => Err("a second claim of the guard immediate succeeded"),
+    }
 }
 
 /// The change `site` undergoes, and its new instruction.
