@@ -135,7 +135,8 @@ struct Slot<E> {
     state: AtomicU32,
     entries: AtomicPtr<E>,
     len: AtomicUsize,
-    /// Lowest and one-past-highest address covered, to skip the search for most lookups.
+    /// Lowest and one-past-highest address covered, so that lookups skip the slots that cannot
+    /// hold their address without registering as readers.
     lo: AtomicU64,
     hi: AtomicU64,
     /// Publishers currently comparing their batch against this slot's entries.
@@ -153,9 +154,7 @@ impl<E> Slot<E> {
             checkers: AtomicU32::new(0),
         }
     }
-}
 
-impl<E> Slot<E> {
     /// Whether `addr` is within the slot's range, read without registering as a reader.
     ///
     /// A filter before the increment and fence: a lookup pays for those only in slots that may
@@ -194,9 +193,6 @@ impl<E: Pending> Slot<E> {
     ///
     /// As for [`Slot::entries`].
     unsafe fn find(&self, addr: u64) -> Option<E> {
-        if !self.may_cover(addr) {
-            return None;
-        }
         // SAFETY: Forwarded from the caller.
         let entries = unsafe { self.entries() };
         let i = entries.binary_search_by(|e| e.addr().cmp(&addr)).ok()?;
