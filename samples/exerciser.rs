@@ -106,11 +106,10 @@ impl kernel::Module for Exerciser {
             },
             GFP_KERNEL,
         )?;
-        if let Err(e) = install_prologues(&shared) {
-            unregister_all(&shared, module);
-            return Err(e);
-        }
-        let files = control::create(control::Control::new(shared.clone(), module)?, module)?;
+        let files = install_prologues(&shared)
+            .and_then(|()| control::create(control::Control::new(shared.clone(), module)?, module));
+        // `Drop` only runs for a module that loaded: unregister here on every later failure.
+        let files = files.inspect_err(|_| unregister_all(&shared, module))?;
         pr_info!("{} sites registered\n", shared.sites.len());
         Ok(Self {
             _files: files,
@@ -122,24 +121,23 @@ impl kernel::Module for Exerciser {
 /// arm64: turns every call function's first `NOP` into ftrace's `MOV X9, X30` prologue, once,
 /// before anything executes them (`MOV` may not be changed while other CPUs run it).
 fn install_prologues(shared: &Shared) -> Result {
-    let prologues = shared
+    let mut prologues = shared
         .sites
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.kind == pool::PoolKind::Prologue);
-    let mut batch: Option<engine_api::Batch> = None;
+        .filter(|(_, s)| s.kind == pool::PoolKind::Prologue)
+        .peekable();
+    if prologues.peek().is_none() {
+        return Ok(());
+    }
+    let mut batch = engine_api::Batch::begin()?;
     for (i, s) in prologues {
-        batch
-            .get_or_insert(engine_api::Batch::begin()?)
-            .add(s.addr, s.on())?;
+        batch.add(s.addr, s.on())?;
         if let Some(st) = shared.state.get(i) {
             st.store(1, core::sync::atomic::Ordering::Relaxed);
         }
     }
-    match batch {
-        Some(mut b) => b.commit(),
-        None => Ok(()),
-    }
+    batch.commit()
 }
 
 fn unregister_all(shared: &Shared, module: &'static ThisModule) {

@@ -36,6 +36,7 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/stop_machine.h>
+#include <linux/stringify.h>
 #include <linux/uaccess.h>
 #ifdef CONFIG_ARM64
 #include <asm/cacheflush.h>
@@ -44,7 +45,7 @@
 
 #include "../kernel/textpoke.h"
 
-#define MAX_SITES 4096
+#define MAX_SITES TEXTPOKE_MAX_BATCH
 #define STRIDE 32
 #define EXEC_SITES 64
 
@@ -59,7 +60,7 @@ asm(".pushsection .text, \"ax\"\n"
     ".balign 32\n"
     ".globl bench_sites\n"
     "bench_sites:\n"
-    ".rept 4096\n"
+    ".rept " __stringify(MAX_SITES) "\n"
     ".balign 32\n"
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
     "xorl %eax, %eax\n"
@@ -81,7 +82,7 @@ asm(".pushsection .text, \"ax\"\n"
     ".balign 32\n"
     ".globl bench_sites\n"
     "bench_sites:\n"
-    ".rept 4096\n"
+    ".rept " __stringify(MAX_SITES) "\n"
     ".balign 32\n"
     "nop\n"
     "mov w0, #0\n"
@@ -207,6 +208,8 @@ static int executor(void *data)
 }
 
 /* Starts an executor on every online CPU, running the first sites of what `mode` patches. */
+static u64 stop_executors(void);
+
 static int start_executors(enum mode mode, int n, int (*const *ref)(void))
 {
 	unsigned int cpu;
@@ -219,8 +222,10 @@ static int start_executors(enum mode mode, int n, int (*const *ref)(void))
 	for_each_online_cpu(cpu) {
 		struct task_struct *t = kthread_create_on_cpu(executor, NULL, cpu, "textpoke_bench/%u");
 
-		if (IS_ERR(t))
+		if (IS_ERR(t)) {
+			stop_executors();
 			return PTR_ERR(t);
+		}
 		get_task_struct(t);
 		bench.threads[cpu] = t;
 		wake_up_process(t);
@@ -322,6 +327,33 @@ static int flip_stop_machine(int n)
 }
 #endif
 
+/* Flips the first n sites (or key) the way mode patches; r gets what the flip cost. */
+static int flip(enum mode mode, int n, struct static_key_false *key, struct rep_result *r)
+{
+	switch (mode) {
+	case M_TEXTPOKE:
+		return flip_textpoke(n, r);
+	case M_STATIC_KEY:
+		if (bench.on)
+			static_branch_disable(key);
+		else
+			static_branch_enable(key);
+		return 0;
+#ifdef CONFIG_ARM64
+	case M_NOSYNC:
+		r->syncs = 1;
+		return flip_nosync(n);
+	case M_STOP_MACHINE:
+		r->syncs = 1;
+		return flip_stop_machine(n);
+#endif
+	case M_IDLE:
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
 static int run_mode(enum mode mode, int n, int reps)
 {
 	struct static_key_false *key = NULL;
@@ -355,31 +387,7 @@ static int run_mode(enum mode mode, int n, int reps)
 			break;
 		msleep(5);
 		start = local_clock();
-		switch (mode) {
-		case M_TEXTPOKE:
-			ret = flip_textpoke(n, r);
-			break;
-		case M_STATIC_KEY:
-			if (bench.on)
-				static_branch_disable(key);
-			else
-				static_branch_enable(key);
-			break;
-#ifdef CONFIG_ARM64
-		case M_NOSYNC:
-			ret = flip_nosync(n);
-			r->syncs = 1;
-			break;
-		case M_STOP_MACHINE:
-			ret = flip_stop_machine(n);
-			r->syncs = 1;
-			break;
-#endif
-		case M_IDLE:
-			break;
-		default:
-			ret = -EINVAL;
-		}
+		ret = flip(mode, n, key, r);
 		r->nsecs = local_clock() - start;
 		msleep(5);
 		r->max_stall = stop_executors();
@@ -393,16 +401,7 @@ static int run_mode(enum mode mode, int n, int reps)
 	if (bench.on) {
 		struct rep_result scratch = {};
 
-		if (mode == M_STATIC_KEY)
-			static_branch_disable(key);
-		else if (mode == M_TEXTPOKE)
-			flip_textpoke(n, &scratch);
-#ifdef CONFIG_ARM64
-		else if (mode == M_NOSYNC)
-			flip_nosync(n);
-		else
-			flip_stop_machine(n);
-#endif
+		flip(mode, n, key, &scratch);
 		bench.on = false;
 	}
 	kfree(bench.results);

@@ -95,11 +95,7 @@ impl Control {
                 for (i, _) in self.shared.sites.iter().enumerate().take(64) {
                     active.push(i, GFP_KERNEL)?;
                 }
-                let ex = Executors::start(
-                    &self.shared,
-                    Arc::new(active, GFP_KERNEL)?,
-                    self.shared.call_functions,
-                )?;
+                let ex = Executors::start(&self.shared, Arc::new(active, GFP_KERNEL)?)?;
                 c.standalone = Some((ex, pin));
                 pr_info!("executors running: this module is pinned until they stop\n");
                 Ok(())

@@ -19,7 +19,7 @@ use crate::kthread::{self, Kthread};
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
-/// Site kinds counted separately.
+/// Site kinds counted separately, in declaration order: `kind as usize` is a kind's index.
 pub(crate) const KINDS: [PoolKind; 5] = [
     PoolKind::Branch,
     PoolKind::ShortBranch,
@@ -27,10 +27,6 @@ pub(crate) const KINDS: [PoolKind; 5] = [
     PoolKind::Call,
     PoolKind::Prologue,
 ];
-
-fn kind_index(kind: PoolKind) -> usize {
-    KINDS.iter().position(|k| *k == kind).unwrap_or(0)
-}
 
 /// Execution counters of one kind.
 #[derive(Default)]
@@ -124,7 +120,7 @@ fn run(ex: &Executor) {
             };
             (record, trapped)
         };
-        let c = &ex.counters[kind_index(site.kind)];
+        let c = &ex.counters[site.kind as usize];
         c.executions.fetch_add(1, Ordering::Relaxed);
         c.on.fetch_add(u64::from(record.path), Ordering::Relaxed);
         c.trapped.fetch_add(u64::from(trapped), Ordering::Relaxed);
@@ -158,16 +154,12 @@ pub(crate) struct Executors {
 
 impl Executors {
     /// Starts an executor on every online CPU, running `active` round-robin.
-    pub(crate) fn start(
-        shared: &Arc<Shared>,
-        active: Arc<KVec<usize>>,
-        call_functions: usize,
-    ) -> Result<Self> {
+    pub(crate) fn start(shared: &Arc<Shared>, active: Arc<KVec<usize>>) -> Result<Self> {
         let mut state = KVec::new();
         let mut threads = KVec::new();
         for c in cpu::online() {
             let mut hits = KVec::new();
-            hits.extend_with(call_functions, 0u64, GFP_KERNEL)?;
+            hits.extend_with(shared.call_functions, 0u64, GFP_KERNEL)?;
             let ex = Arc::new(
                 Executor {
                     shared: shared.clone(),

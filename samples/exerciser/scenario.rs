@@ -11,7 +11,7 @@
 //! its `off` state (one more flip if N is odd), so scenarios can follow each other.
 
 use super::engine_api::{self, Batch, BatchStats};
-use super::executor::{Executor, Executors};
+use super::executor::{Executor, Executors, KINDS};
 use super::pool::PoolKind;
 use super::Shared;
 use crate::clock;
@@ -191,7 +191,7 @@ fn of_kind(shared: &Shared, kind: PoolKind) -> impl Iterator<Item = usize> + '_ 
 /// Runs `spec` to completion.
 pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     let mut groups: KVec<Group> = KVec::new();
-    let mut used = [0usize; 5];
+    let mut used = [0usize; KINDS.len()];
     for k in 0..spec.keys {
         let kind = *KEY_KINDS.get(k % KEY_KINDS.len()).ok_or(EINVAL)?;
         let slot = used.get_mut(kind as usize).ok_or(EINVAL)?;
@@ -251,7 +251,7 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     }
 
     let start = clock::now();
-    let executors = Executors::start(shared, Arc::new(active, GFP_KERNEL)?, shared.call_functions)?;
+    let executors = Executors::start(shared, Arc::new(active, GFP_KERNEL)?)?;
     // Let every executor get going before the first batch.
     kthread::sleep_ms(20);
     let mut pokers = KVec::new();
