@@ -16,7 +16,7 @@ const KINDS: usize = Kind::ALL.len();
 struct CpuTraps {
     total: AtomicU64,
     by_kind: [AtomicU64; KINDS],
-    /// Traps on a guard that was no longer in memory (see `trap::guard_vanished`).
+    /// Traps on a guard that was no longer in memory (see `trap::vanished_guard`).
     vanished: AtomicU64,
 }
 

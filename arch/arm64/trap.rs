@@ -10,7 +10,7 @@
 
 use crate::pt_regs::PtRegs;
 use crate::series::{BrkHook, Series};
-use crate::trap;
+use crate::trap::{self, TrapCpu};
 use kernel::{
     bindings,
     ffi::{c_int, c_ulong},
@@ -38,7 +38,10 @@ impl Regs for PtRegs {
 fn handle(regs: &mut PtRegs) -> bool {
     // On arm64 the exception PC is the BRK itself.
     let site = PtRegs::pc(regs);
-    let Some(pending) = trap::lookup(site) else {
+    let Some(here) = TrapCpu::current() else {
+        return false;
+    };
+    let Some(pending) = here.lookup(site) else {
         // `BRK #0x008` is only ever ours: if it is gone, emulate what is there now.
         let Some(now) = trap::vanished_guard(site, super::GUARD) else {
             return false;
@@ -48,7 +51,7 @@ fn handle(regs: &mut PtRegs) -> bool {
             .is_ok();
         if emulated {
             regs.clear_btype();
-            trap::count_vanished();
+            here.count_vanished();
         }
         return emulated;
     };
@@ -58,7 +61,7 @@ fn handle(regs: &mut PtRegs) -> bool {
     // The emulated instruction is not an indirect branch, so it leaves BTYPE clear; the saved
     // one may be set if the guard was reached by one.
     regs.clear_btype();
-    trap::count(pending.insn.kind() as usize);
+    here.count(pending.insn.kind() as usize);
     true
 }
 

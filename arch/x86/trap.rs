@@ -10,7 +10,7 @@
 //! executes can be guarded; the entry point is also blacklisted for kprobes (kernel/exports.c).
 
 use crate::pt_regs::PtRegs;
-use crate::trap;
+use crate::trap::{self, TrapCpu};
 use kernel::{
     bindings,
     ffi::{c_int, c_ulong, c_void},
@@ -64,7 +64,10 @@ impl Stack for KernelStack {
 fn handle(regs: &mut PtRegs) -> bool {
     // `regs.ip` points after the one-byte `INT3`.
     let site = PtRegs::ip(regs).wrapping_sub(1);
-    let Some(pending) = trap::lookup(site) else {
+    let Some(here) = TrapCpu::current() else {
+        return false;
+    };
+    let Some(pending) = here.lookup(site) else {
         // An `INT3` that is no longer in memory: if what is there now is an instruction we
         // know, emulate it; otherwise resume at the site so the CPU executes it itself (what
         // kprobes used to do with a vanished `INT3`).
@@ -79,12 +82,12 @@ fn handle(regs: &mut PtRegs) -> bool {
         if !emulated {
             regs.set_ip(site);
         }
-        trap::count_vanished();
+        here.count_vanished();
         return true;
     };
     match pending.insn.emulate(site, regs, &mut KernelStack) {
         Ok(()) => {
-            trap::count(pending.insn.kind() as usize);
+            here.count(pending.insn.kind() as usize);
             true
         }
         // Batches never carry an instruction emulation refuses (the codec is the same one that
