@@ -22,7 +22,7 @@ arm64) triple=aarch64-unknown-linux-musl image=arch/arm64/boot/Image ;;
 esac
 
 kdir=$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)
-modules=$("$top/tools/modules.sh" "$arch" "$variant" | tail -n 1)
+modules=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" | tail -n 1)
 
 echo "[guest $arch] agent ($triple)" >&2
 # rust-lld links the aarch64 musl binary on an x86 host without a cross toolchain.

@@ -7,7 +7,8 @@
 # the module sources are mirrored (mtimes preserved, so Kbuild stays incremental) into
 # $TEXTPOKE_CACHE/modules/<arch>[-unpatched]/ and built there against the matching kernel.
 # CLIPPY=1 in the environment runs clippy-driver instead of rustc, as for in-tree code;
-# TEXTPOKE_MODULES_OUT builds somewhere else (tools/test.sh lints in its own tree).
+# TEXTPOKE_MODULES_OUT builds somewhere else (tools/test.sh lints in its own tree);
+# TEXTPOKE_KDIR names the kernel tree a caller has already brought up to date.
 set -euo pipefail
 
 arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched]}
@@ -16,7 +17,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 export PATH="$HOME/.cargo/bin:$PATH"
 
-kdir=$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)
+kdir=${TEXTPOKE_KDIR:-$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)}
 out=${TEXTPOKE_MODULES_OUT:-$cache/modules/$arch$([ "$variant" = patched ] || echo "-$variant")}
 mkdir -p "$out"
 rsync -a --delete \

@@ -208,8 +208,17 @@ bundle_host() {
 
 debs=$cache/debs/arm64-perf
 
-# apt-get download as root warns that _apt cannot write the directory; the download works.
-apt_download() { (cd "$debs" && apt-get download -qq "$@" 2>&1 | grep -v "couldn't be accessed by user '_apt'" >&2) || true; }
+# apt downloads as the unprivileged _apt user, which cannot write into a cache under /root:
+# fetch into a directory it owns, then move the files (as tools/install-deps.sh does). Callers
+# check for the .deb they need, so a failed download is reported there.
+apt_download() {
+	local tmp
+	tmp=$(mktemp -d)
+	chown _apt "$tmp" 2>/dev/null || true
+	(cd "$tmp" && apt-get download -qq "$@") || true
+	find "$tmp" -maxdepth 1 -name '*.deb' -exec mv -t "$debs" {} +
+	rm -rf "$tmp"
+}
 
 # The cached .deb of arm64 package $1, if any.
 cached_deb() { find "$debs" -maxdepth 1 -name "${1}_*_arm64.deb" | sort | tail -n 1; }

@@ -17,7 +17,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
-arches=${1:-x86_64 arm64}
+arches=${*:-x86_64 arm64}
 out=$cache/runs/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 start=$(date +%s)
@@ -49,12 +49,22 @@ step "host: rustfmt"
 cargo fmt --all --check
 rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs
 
+declare -A kdir
+for arch in $arches; do
+	step "kernel: $arch (patched)"
+	kdir[$arch]=$(tools/kernel.sh "$arch" | tail -n 1)
+done
+
 step "lint: make CLIPPY=1 modules"
 for arch in $arches; do
-	CLIPPY=1 TEXTPOKE_MODULES_OUT=$cache/modules-clippy/$arch tools/modules.sh "$arch" \
+	lint=$cache/modules-clippy/$arch
+	CLIPPY=1 TEXTPOKE_KDIR=${kdir[$arch]} TEXTPOKE_MODULES_OUT=$lint tools/modules.sh "$arch" \
 		>/dev/null 2>"$out/clippy-$arch.log"
 	if grep -iE 'warning|error' "$out/clippy-$arch.log"; then
 		echo "clippy or compiler warnings for $arch: see $out/clippy-$arch.log" >&2
+		# Kbuild does not repeat the diagnostics of objects it does not rebuild: start the
+		# next lint from scratch so that it reports these again.
+		rm -rf "$lint"
 		exit 1
 	fi
 	echo "$arch: no warnings"
