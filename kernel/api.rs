@@ -56,7 +56,8 @@ fn with_engine(f: impl FnOnce(&'static Engine) -> Result) -> c_int {
     }
 }
 
-/// Borrows `len` bytes at `ptr` from a C caller; `EINVAL` for null or oversized input.
+/// Borrows `len` bytes at `ptr` from a C caller; `EMSGSIZE` (a wrongly sized instruction) for
+/// null, empty or oversized input.
 ///
 /// # Safety
 ///
@@ -192,7 +193,12 @@ pub(crate) unsafe extern "C" fn textpoke_batch_add(
         // SAFETY: Forwarded from the caller.
         let batch = unsafe { batch_mut(batch) }?;
         // SAFETY: Forwarded from the caller.
-        let insn = unsafe { bytes(insn, len) }?;
+        let insn = unsafe { bytes(insn, len) }.inspect_err(|_| {
+            pr_err!(
+                "refusing change at {:#x}: no instruction or {len} bytes\n",
+                addr as usize
+            );
+        })?;
         batch.add(engine, addr as usize as u64, insn)
     })
 }

@@ -28,6 +28,9 @@ pub const GUARD_BRK_IMM: u16 = 0x008;
 /// The guard written over a site while it is being patched.
 pub const GUARD: Insn = Insn::Brk { imm: GUARD_BRK_IMM };
 
+/// [`GUARD`]'s encoding, for code that needs it as a constant.
+pub const GUARD_WORD: u32 = BRK | ((GUARD_BRK_IMM as u32) << BRK_IMM_SHIFT);
+
 /// Length in bytes of every A64 instruction.
 pub const INSN_LEN: usize = 4;
 

@@ -16,8 +16,7 @@ pub(crate) use trap::TrapHook;
 pub(crate) const PLAN_ARCH: crate::plan::Arch = crate::plan::Arch::Arm64;
 
 /// The guard as written over a site: `BRK #0x008`, little-endian.
-pub(crate) const GUARD: &[u8] = &GUARD_WORD.to_le_bytes();
-const GUARD_WORD: u32 = 0xd420_0000 | ((insn::GUARD_BRK_IMM as u32) << 5);
+pub(crate) const GUARD: &[u8] = &insn::GUARD_WORD.to_le_bytes();
 
 /// How much of a new instruction [`crate::plan::Step::WriteHead`] writes: all of it, since a
 /// naturally aligned 4-byte instruction write is single-copy atomic.

@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
-use textpoke_core::arm64::{Insn, Kind, Regs, GUARD, GUARD_BRK_IMM, INSN_LEN};
+use textpoke_core::arm64::{Insn, Kind, Regs, GUARD, GUARD_BRK_IMM, GUARD_WORD, INSN_LEN};
 use textpoke_core::insn::InsnError;
 use yaxpeax_arch::{Decoder, U8Reader};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, ShiftStyle, SizeCode};
@@ -148,6 +148,7 @@ fn guard_is_brk_0x008() {
     assert_eq!(GUARD_BRK_IMM, 0x008);
     assert_eq!(GUARD, Insn::Brk { imm: 0x008 });
     assert_eq!(GUARD.encode_word(KTEXT), Ok(0xd420_0100));
+    assert_eq!(GUARD_WORD, 0xd420_0100);
 }
 
 #[test]
