@@ -37,16 +37,22 @@ fn median(mut v: Vec<u64>) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// One (mode, N) measurement as a JSON object, with `baseline` function-call IPIs per run
-/// (what starting and stopping the executors costs) subtracted; `Err` if it could not run.
-fn measure(mode: &str, n: u32, reps: u32, baseline: f64) -> Result<String, String> {
+/// Runs `reps` repetitions of `mode` with `n` sites and returns the function-call IPIs taken
+/// meanwhile; `Err` if the run was refused.
+fn run_counting_ipis(mode: &str, n: u32, reps: u32) -> Result<u64, String> {
     let before = call_ipis();
     sys::write_file(
         format!("{DIR}/control"),
         format!("run mode={mode} n={n} reps={reps}").as_bytes(),
     )
     .map_err(|e| format!("{mode} n={n}: {e}"))?;
-    let ipis = call_ipis().saturating_sub(before);
+    Ok(call_ipis().saturating_sub(before))
+}
+
+/// One (mode, N) measurement as a JSON object, with `baseline` function-call IPIs per run
+/// (what starting and stopping the executors costs) subtracted; `Err` if it could not run.
+fn measure(mode: &str, n: u32, reps: u32, baseline: f64) -> Result<String, String> {
+    let ipis = run_counting_ipis(mode, n, reps)?;
     let text = sys::read_text(format!("{DIR}/result")).map_err(|e| e.to_string())?;
     let mut cols: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for line in text.lines() {
@@ -82,13 +88,7 @@ fn measure(mode: &str, n: u32, reps: u32, baseline: f64) -> Result<String, Strin
 
 /// Function-call IPIs per run of the `idle` mode: the noise the other modes subtract.
 fn idle_ipis(n: u32, reps: u32) -> Result<f64, String> {
-    let before = call_ipis();
-    sys::write_file(
-        format!("{DIR}/control"),
-        format!("run mode=idle n={n} reps={reps}").as_bytes(),
-    )
-    .map_err(|e| format!("idle n={n}: {e}"))?;
-    Ok(call_ipis().saturating_sub(before) as f64 / f64::from(reps))
+    Ok(run_counting_ipis("idle", n, reps)? as f64 / f64::from(reps))
 }
 
 /// Runs every measurement and prints the KTAP document `textpoke_bench`.

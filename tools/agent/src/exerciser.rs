@@ -9,8 +9,6 @@ use std::io;
 const DIR: &str = "/sys/kernel/debug/textpoke_exerciser";
 /// textpoke's engine log of emitted records (`PERF_RECORD_TEXT_POKE` wire format).
 pub const ENGINE_RECORDS: &str = "/sys/kernel/debug/textpoke/records";
-/// textpoke's counters.
-pub const ENGINE_STATS: &str = "/sys/kernel/debug/textpoke/stats";
 
 /// One site as the exerciser lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]

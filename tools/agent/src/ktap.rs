@@ -4,21 +4,14 @@
 //! turns each line into one printk record and never splits or merges lines; the kernel adds its
 //! timestamp prefix, which the runner strips.
 //!
-//! Two ways to print a document:
+//! Results are buffered: the agent collects [`Case`]s and prints the whole document at the end
+//! with [`Ktap::print_document`], which computes every plan from the cases it is given.
 //!
-//! * streaming: [`Ktap::document`] prints the header at once, then each result as it is reported
-//!   ([`Document::ok`], [`Document::not_ok`], [`Document::skip`], [`Document::subtest`]), and
-//!   [`Document::finish`] prints the totals;
-//! * buffered: collect [`Case`]s and print the whole document at the end with
-//!   [`Ktap::print_document`], so that kernel KTAP output (KUnit, the module's selftest) printed
-//!   in the meantime cannot land in the middle of it;
-//! * deferred: the streaming API on a writer made with [`Ktap::deferred`] (or
-//!   [`Ktap::kmsg_deferred`]), which holds a document's lines until it finishes.
-//!
-//! Loading `textpoke.ko` prints its selftest document (`KTAP version 1` at indentation 0): in a
-//! streamed agent document that line ends the agent's document for the runner, which then
-//! counts the agent's remaining results as the selftest's surplus. Load modules outside a
-//! streamed document, or use the buffered or deferred form.
+//! Loading `textpoke.ko` prints its selftest document (`KTAP version 1` at indentation 0): had
+//! the agent's document been open at that point, that line would end it for the runner, which
+//! would then count the agent's remaining results as the selftest's surplus. Printing the
+//! document in one piece after every module load keeps other KTAP output (KUnit, the module's
+//! selftest) out of it.
 //!
 //! ```text
 //! KTAP version 1
@@ -40,8 +33,8 @@
 //! them and where the runner collects them as the test's log), not after a `#` on the result line,
 //! where a diagnostic starting with a word like `skipped` would read as a directive.
 //!
-//! Write errors never interrupt a test run: the first one is remembered and returned by
-//! [`Document::finish`] (or [`Ktap::take_error`]).
+//! Write errors never interrupt a document: the first one is remembered and returned by
+//! [`Ktap::print_document`] once every line has been attempted.
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -54,9 +47,6 @@ use std::io::{self, Write};
 pub const MAX_LINE: usize = 960;
 
 /// Pass, fail and skip counts of leaf results.
-///
-/// A subtest whose result line says `not ok` although none of its children failed (its plan was
-/// not met) counts as one failure, as the runner counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     /// Passed tests.
@@ -90,29 +80,12 @@ impl fmt::Display for Totals {
 pub enum KtapError {
     /// Writing to the sink failed (the first error; later lines were still attempted).
     Io(io::Error),
-    /// The document got a different number of top-level results than its plan announced.
-    Plan {
-        /// The document's name.
-        name: String,
-        /// The number in the `1..N` plan line.
-        planned: usize,
-        /// The number of result lines printed.
-        emitted: usize,
-    },
 }
 
 impl fmt::Display for KtapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io(e) => write!(f, "writing KTAP output: {e}"),
-            Self::Plan {
-                name,
-                planned,
-                emitted,
-            } => write!(
-                f,
-                "KTAP document {name}: planned {planned} results, emitted {emitted}"
-            ),
         }
     }
 }
@@ -121,7 +94,6 @@ impl std::error::Error for KtapError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io(e) => Some(e),
-            Self::Plan { .. } => None,
         }
     }
 }
@@ -136,7 +108,6 @@ impl From<io::Error> for KtapError {
 #[derive(Debug)]
 struct Frame {
     name: String,
-    planned: usize,
     emitted: usize,
     /// Whether a result at this level said `not ok`.
     failed: bool,
@@ -149,10 +120,6 @@ pub struct Ktap {
     sink: Box<dyn Write>,
     frames: Vec<Frame>,
     error: Option<io::Error>,
-    /// Whether lines are held until their document finishes.
-    deferred: bool,
-    /// The held lines, newline included.
-    held: Vec<String>,
 }
 
 impl fmt::Debug for Ktap {
@@ -160,8 +127,6 @@ impl fmt::Debug for Ktap {
         f.debug_struct("Ktap")
             .field("frames", &self.frames)
             .field("error", &self.error)
-            .field("deferred", &self.deferred)
-            .field("held", &self.held.len())
             .finish_non_exhaustive()
     }
 }
@@ -176,36 +141,6 @@ impl Ktap {
             sink,
             frames: Vec::new(),
             error: None,
-            deferred: false,
-            held: Vec::new(),
-        }
-    }
-
-    /// A writer that holds every line of a document in memory and writes them all (still one
-    /// `write` per line) when the document finishes, so that other KTAP output printed in the
-    /// meantime (the module's selftest document when it is loaded, KUnit) cannot land inside
-    /// it and cut it short.
-    ///
-    /// The streaming API stays the same; the price is that nothing of a document shows before
-    /// it finishes (a guest that hangs mid-document shows none of it). Lines printed outside a
-    /// document are written at once.
-    pub fn deferred(sink: Box<dyn Write>) -> Self {
-        Self {
-            deferred: true,
-            ..Self::new(sink)
-        }
-    }
-
-    /// A deferred writer to `/dev/kmsg`; see [`Ktap::deferred`] and [`Ktap::kmsg`].
-    pub fn kmsg_deferred() -> io::Result<Self> {
-        let file = OpenOptions::new().write(true).open("/dev/kmsg")?;
-        Ok(Self::deferred(Box::new(file)))
-    }
-
-    /// Writes the held lines of a deferred writer now (also done when a document finishes).
-    pub fn flush_held(&mut self) {
-        for line in std::mem::take(&mut self.held) {
-            self.write_line(&line);
         }
     }
 
@@ -218,54 +153,37 @@ impl Ktap {
         Ok(Self::new(Box::new(file)))
     }
 
-    /// Starts a top-level document: prints `KTAP version 1`, `1..planned` and `# name`.
-    ///
-    /// `name` is made one word of letters, digits, `_`, `.`, `/` and `-` (the runner's document
-    /// names), other characters becoming `_`.
-    pub fn document(&mut self, name: &str, planned: usize) -> Document<'_> {
-        let name = sanitize_doc_name(name);
-        self.frames.push(Frame::new(name.clone(), planned));
-        self.emit(0, "KTAP version 1");
-        self.emit(0, &format!("1..{planned}"));
-        self.emit(0, &format!("# {name}"));
-        Document {
-            ktap: self,
-            done: false,
-        }
-    }
-
-    /// Prints a whole document of buffered results at once.
+    /// Prints a whole document of buffered results at once: `KTAP version 1`, `1..N`,
+    /// `# name`, the cases, and `# totals: pass:P fail:F skip:S`.
     ///
     /// Its plan is `cases.len()`, and each [`CaseResult::Group`] becomes a subtest whose plan is
-    /// its number of children.
+    /// its number of children. `name` is made one word of letters, digits, `_`, `.`, `/` and
+    /// `-` (the runner's document names), other characters becoming `_`.
+    ///
+    /// Fails when a write failed along the way (every line is still attempted).
     pub fn print_document(&mut self, name: &str, cases: &[Case]) -> Result<Totals, KtapError> {
-        let mut doc = self.document(name, cases.len());
+        let name = sanitize_doc_name(name);
+        self.frames.push(Frame::new(name.clone()));
+        self.emit(0, "KTAP version 1");
+        self.emit(0, &format!("1..{}", cases.len()));
+        self.emit(0, &format!("# {name}"));
         for case in cases {
-            doc.case(case);
+            self.case(case);
         }
-        doc.finish()
+        let frame = self.frames.pop().expect("pushed above");
+        self.emit(0, &format!("# totals: {}", frame.totals));
+        match self.error.take() {
+            Some(e) => Err(KtapError::Io(e)),
+            None => Ok(frame.totals),
+        }
     }
 
-    /// Takes the first write error since the last call, if any.
-    pub fn take_error(&mut self) -> Option<io::Error> {
-        self.error.take()
-    }
-
-    /// Writes one line at `depth`, cut to [`MAX_LINE`] bytes.
+    /// Writes one line at `depth`, cut to [`MAX_LINE`] bytes, with one `write_all` call.
     fn emit(&mut self, depth: usize, text: &str) {
         let mut line = "  ".repeat(depth);
         line.push_str(text);
         truncate_at_char(&mut line, MAX_LINE);
         line.push('\n');
-        if self.deferred && !self.frames.is_empty() {
-            self.held.push(line);
-        } else {
-            self.write_line(&line);
-        }
-    }
-
-    /// Writes one line (newline included) with one `write_all` call.
-    fn write_line(&mut self, line: &str) {
         let written = self
             .sink
             .write_all(line.as_bytes())
@@ -283,7 +201,7 @@ impl Ktap {
     fn top(&mut self) -> &mut Frame {
         self.frames
             .last_mut()
-            .expect("a Document or Subdoc keeps its frame open")
+            .expect("print_document keeps a frame open")
     }
 
     /// Prints diagnostic lines at the current depth, one per line of `text`, each cut into
@@ -312,7 +230,7 @@ impl Ktap {
     }
 
     /// Prints a result line at the current depth and counts it.
-    fn result(&mut self, ok: bool, name: &str, directive: Option<&str>) -> usize {
+    fn result(&mut self, ok: bool, name: &str, directive: Option<&str>) {
         let depth = self.depth();
         let frame = self.top();
         frame.emitted += 1;
@@ -328,7 +246,6 @@ impl Ktap {
             line.push_str(&one_line(directive));
         }
         self.emit(depth, line.trim_end());
-        number
     }
 
     fn leaf(&mut self, outcome: Leaf, name: &str) {
@@ -363,59 +280,15 @@ impl Ktap {
         self.emit(depth, "KTAP version 1");
         self.emit(depth, &format!("# Subtest: {name}"));
         self.emit(depth, &format!("1..{planned}"));
-        self.frames.push(Frame::new(name, planned));
+        self.frames.push(Frame::new(name));
     }
 
-    /// Closes the innermost subtest: checks its plan and prints its result line in the parent.
-    fn close_subtest(&mut self) -> bool {
-        let mut frame = self.frames.pop().expect("a Subdoc keeps its frame open");
-        if frame.emitted != frame.planned {
-            // Printed inside the subtest, where the runner keeps it as the subtest's log.
-            self.frames.push(frame);
-            let (planned, emitted) = (self.top().planned, self.top().emitted);
-            self.diag(&format!(
-                "plan mismatch: planned {planned} results, emitted {emitted}"
-            ));
-            frame = self.frames.pop().expect("pushed just above");
-            frame.failed = true;
-        }
-        let ok = !frame.failed;
-        let mut totals = frame.totals;
-        if !ok && totals.fail == 0 {
-            totals.fail = 1;
-        }
-        self.result(ok, &frame.name, None);
-        self.top().totals.add(totals);
-        ok
-    }
-
-    /// Closes the document: prints the totals, checks the plan.
-    fn close_document(&mut self) -> Result<Totals, KtapError> {
-        let frame = self.frames.pop().expect("a Document keeps its frame open");
-        // With no frame open the lines below are written directly, after the held ones.
-        self.flush_held();
-        let plan_ok = frame.emitted == frame.planned;
-        if !plan_ok {
-            self.emit(
-                0,
-                &format!(
-                    "# plan mismatch: planned {} results, emitted {}",
-                    frame.planned, frame.emitted
-                ),
-            );
-        }
-        self.emit(0, &format!("# totals: {}", frame.totals));
-        if let Some(e) = self.error.take() {
-            return Err(KtapError::Io(e));
-        }
-        if !plan_ok {
-            return Err(KtapError::Plan {
-                name: frame.name,
-                planned: frame.planned,
-                emitted: frame.emitted,
-            });
-        }
-        Ok(frame.totals)
+    /// Closes the innermost subtest: prints its result line in the parent, `not ok` when one
+    /// of its results failed.
+    fn close_subtest(&mut self) {
+        let frame = self.frames.pop().expect("open_subtest pushed it");
+        self.result(!frame.failed, &frame.name, None);
+        self.top().totals.add(frame.totals);
     }
 
     /// Prints a buffered case at the current level.
@@ -439,10 +312,9 @@ impl Ktap {
 }
 
 impl Frame {
-    fn new(name: String, planned: usize) -> Self {
+    fn new(name: String) -> Self {
         Self {
             name,
-            planned,
             emitted: 0,
             failed: false,
             totals: Totals::default(),
@@ -454,127 +326,6 @@ enum Leaf<'a> {
     Pass,
     Fail(&'a str),
     Skip(&'a str),
-}
-
-/// The methods shared by [`Document`] and [`Subdoc`].
-macro_rules! results {
-    () => {
-        /// Reports a passing test.
-        pub fn ok(&mut self, name: &str) {
-            self.ktap.leaf(Leaf::Pass, name);
-        }
-
-        /// Reports a failing test; `diagnostic` (any number of lines, may be empty) is printed
-        /// as `# ` lines just before the result line.
-        pub fn not_ok(&mut self, name: &str, diagnostic: &str) {
-            self.ktap.leaf(Leaf::Fail(diagnostic), name);
-        }
-
-        /// Reports a pass or a failure: [`Self::ok`] when `passed`, else [`Self::not_ok`].
-        pub fn result(&mut self, name: &str, passed: bool, diagnostic: &str) {
-            if passed {
-                self.ok(name);
-            } else {
-                self.not_ok(name, diagnostic);
-            }
-        }
-
-        /// Reports a skipped test: `ok N name # SKIP reason`.
-        pub fn skip(&mut self, name: &str, reason: &str) {
-            self.ktap.leaf(Leaf::Skip(reason), name);
-        }
-
-        /// Prints diagnostic lines at this level, one `# ` line per line of `text`.
-        pub fn diag(&mut self, text: &str) {
-            self.ktap.diag(text);
-        }
-
-        /// Prints a buffered [`Case`] (a group becomes a subtest) as the next result.
-        pub fn case(&mut self, case: &Case) {
-            self.ktap.case(case);
-        }
-
-        /// Opens a nested subtest as the next result, printing its indented header.
-        ///
-        /// [`Subdoc::finish`] (or dropping it) prints this level's result line for it: `not ok`
-        /// when one of its results failed or its plan was not met, `ok` otherwise.
-        pub fn subtest(&mut self, name: &str, planned: usize) -> Subdoc<'_> {
-            self.ktap.open_subtest(name, planned);
-            Subdoc {
-                ktap: &mut *self.ktap,
-                done: false,
-            }
-        }
-
-        /// The number of results printed at this level so far.
-        pub fn emitted(&self) -> usize {
-            self.ktap.frames.last().map_or(0, |f| f.emitted)
-        }
-
-        /// Whether a result at this level failed so far.
-        pub fn failed(&self) -> bool {
-            self.ktap.frames.last().is_some_and(|f| f.failed)
-        }
-    };
-}
-
-/// An open top-level document; see [`Ktap::document`].
-///
-/// Dropping it without [`Document::finish`] finishes it and discards the outcome.
-#[derive(Debug)]
-pub struct Document<'k> {
-    ktap: &'k mut Ktap,
-    done: bool,
-}
-
-impl Document<'_> {
-    results!();
-
-    /// Prints `# totals: pass:P fail:F skip:S` and returns the totals.
-    ///
-    /// Fails when a write failed along the way, or when the number of results differs from
-    /// the plan (after printing a `# plan mismatch` diagnostic).
-    pub fn finish(mut self) -> Result<Totals, KtapError> {
-        self.done = true;
-        self.ktap.close_document()
-    }
-}
-
-impl Drop for Document<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.ktap.close_document();
-        }
-    }
-}
-
-/// An open subtest; see [`Document::subtest`].
-///
-/// Dropping it without [`Subdoc::finish`] finishes it.
-#[derive(Debug)]
-pub struct Subdoc<'k> {
-    ktap: &'k mut Ktap,
-    done: bool,
-}
-
-impl Subdoc<'_> {
-    results!();
-
-    /// Prints the parent's result line for this subtest and returns whether it passed.
-    ///
-    /// A plan mismatch prints a diagnostic in the subtest and makes it fail.
-    pub fn finish(mut self) -> bool {
-        self.done = true;
-        self.ktap.close_subtest()
-    }
-}
-
-impl Drop for Subdoc<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.ktap.close_subtest();
-        }
-    }
 }
 
 /// A buffered test result, for [`Ktap::print_document`].
@@ -766,25 +517,24 @@ ok 4 case_3 # SKIP no perf
 ";
 
     #[test]
-    fn streaming_document_with_nested_subtest() {
+    fn buffered_document_with_nested_subtest() {
         let (mut k, cap) = ktap();
-        let mut doc = k.document("textpoke_agent", 4);
-        doc.ok("first");
-        {
-            let mut sub = doc.subtest("group", 3);
-            sub.ok("inner_pass");
-            sub.not_ok("inner_fail", "expected EBUSY\ngot 0\n");
-            sub.skip("inner_skip", "not on arm64");
-            assert!(sub.failed());
-            assert!(!sub.finish());
-        }
-        let mut sub = doc.subtest("good_group", 1);
-        sub.diag("note");
-        sub.ok("a");
-        drop(sub);
-        assert_eq!(doc.emitted(), 3);
-        doc.skip("case#3", "no perf");
-        let totals = doc.finish().unwrap();
+        let cases = vec![
+            Case::pass("first"),
+            Case::group(
+                "group",
+                vec![
+                    Case::pass("inner_pass"),
+                    Case::fail("inner_fail", "expected EBUSY\ngot 0\n"),
+                    Case::skip("inner_skip", "not on arm64"),
+                ],
+            ),
+            Case::group("good_group", vec![Case::pass("a").with_log("note")]),
+            Case::skip("case#3", "no perf"),
+        ];
+        assert!(!cases[1].passed());
+        assert!(cases[2].passed());
+        let totals = k.print_document("textpoke_agent", &cases).unwrap();
         assert_eq!(
             totals,
             Totals {
@@ -803,79 +553,14 @@ ok 4 case_3 # SKIP no perf
     }
 
     #[test]
-    fn buffered_document_prints_the_same() {
-        let (mut k, cap) = ktap();
-        let cases = vec![
-            Case::pass("first"),
-            Case::group(
-                "group",
-                vec![
-                    Case::pass("inner_pass"),
-                    Case::fail("inner_fail", "expected EBUSY\ngot 0"),
-                    Case::skip("inner_skip", "not on arm64"),
-                ],
-            ),
-            Case::group("good_group", vec![Case::pass("a").with_log("note")]),
-            Case::skip("case#3", "no perf"),
-        ];
-        assert!(!cases[1].passed());
-        assert!(cases[2].passed());
-        let totals = k.print_document("textpoke_agent", &cases).unwrap();
-        assert_eq!(totals.fail, 1);
-        assert_eq!(cap.text(), EXPECTED);
-    }
-
-    #[test]
-    fn plan_mismatch_is_reported() {
-        let (mut k, cap) = ktap();
-        let mut doc = k.document("short", 2);
-        {
-            let mut sub = doc.subtest("sub", 2);
-            sub.ok("only_one");
-        }
-        let err = doc.finish().unwrap_err();
-        assert!(matches!(
-            err,
-            KtapError::Plan {
-                planned: 2,
-                emitted: 1,
-                ..
-            }
-        ));
-        assert_eq!(
-            cap.text(),
-            "\
-KTAP version 1
-1..2
-# short
-  KTAP version 1
-  # Subtest: sub
-  1..2
-  ok 1 only_one
-  # plan mismatch: planned 2 results, emitted 1
-not ok 1 sub
-# plan mismatch: planned 2 results, emitted 1
-# totals: pass:1 fail:1 skip:0
-"
-        );
-        // A later document on the same writer starts clean.
-        let mut doc = k.document("next", 1);
-        doc.result("x", true, "");
-        assert!(doc.finish().is_ok());
-    }
-
-    #[test]
     fn deeper_nesting_and_failure_propagation() {
         let (mut k, cap) = ktap();
-        let mut doc = k.document("deep", 1);
-        {
-            let mut a = doc.subtest("a", 1);
-            let mut b = a.subtest("b", 1);
-            b.not_ok("c", "");
-            b.finish();
-            a.finish();
-        }
-        let totals = doc.finish().unwrap();
+        let cases = [Case::group(
+            "a",
+            vec![Case::group("b", vec![Case::fail("c", "")])],
+        )];
+        assert!(!cases[0].passed());
+        let totals = k.print_document("deep", &cases).unwrap();
         assert_eq!(totals.fail, 1);
         assert_eq!(
             cap.text(),
@@ -898,47 +583,13 @@ not ok 1 a
     }
 
     #[test]
-    fn deferred_documents_come_out_whole() {
-        let cap = Capture::default();
-        let mut k = Ktap::deferred(Box::new(cap.clone()));
-        let mut doc = k.document("textpoke_agent", 4);
-        doc.ok("first");
-        {
-            let mut sub = doc.subtest("group", 3);
-            sub.ok("inner_pass");
-            sub.not_ok("inner_fail", "expected EBUSY\ngot 0\n");
-            sub.skip("inner_skip", "not on arm64");
-        }
-        // Nothing is written until the document finishes, though other output may be.
-        assert!(cap.0.borrow().is_empty());
-        let mut sub = doc.subtest("good_group", 1);
-        sub.diag("note");
-        sub.ok("a");
-        drop(sub);
-        doc.skip("case#3", "no perf");
-        assert!(cap.0.borrow().is_empty());
-        doc.finish().unwrap();
-        assert_eq!(cap.text(), EXPECTED);
-        assert_eq!(cap.0.borrow().len(), EXPECTED.lines().count());
-        // Dropping an unfinished document flushes it too.
-        cap.0.borrow_mut().clear();
-        drop(k.document("dropped", 0));
-        assert_eq!(
-            cap.text(),
-            "KTAP version 1\n1..0\n# dropped\n# totals: pass:0 fail:0 skip:0\n"
-        );
-    }
-
-    #[test]
     fn names_and_long_lines_are_sanitized() {
         assert_eq!(sanitize_name(" a#b\nc "), "a_b c");
         assert_eq!(sanitize_doc_name("textpoke agent#1"), "textpoke_agent_1");
         assert_eq!(sanitize_doc_name(""), "unnamed");
         let (mut k, cap) = ktap();
-        let mut doc = k.document("long", 1);
-        doc.diag(&"é".repeat(MAX_LINE));
-        doc.ok("x");
-        doc.finish().unwrap();
+        let cases = [Case::pass("x").with_log("é".repeat(MAX_LINE))];
+        k.print_document("long", &cases).unwrap();
         for line in cap.text().lines() {
             assert!(line.len() <= MAX_LINE, "{} bytes", line.len());
         }
@@ -960,11 +611,27 @@ not ok 1 a
             }
         }
         let mut k = Ktap::new(Box::new(Broken));
-        let mut doc = k.document("x", 1);
-        doc.ok("a");
-        match doc.finish() {
+        match k.print_document("x", &[Case::pass("a")]) {
             Err(KtapError::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL)),
             other => panic!("{other:?}"),
         }
+
+        // The error is returned once: a later document on the same writer starts clean.
+        struct FailsOnce(bool);
+        impl Write for FailsOnce {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                if std::mem::replace(&mut self.0, true) {
+                    Ok(buf.len())
+                } else {
+                    Err(io::Error::from_raw_os_error(libc::EINVAL))
+                }
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut k = Ktap::new(Box::new(FailsOnce(false)));
+        assert!(k.print_document("x", &[Case::pass("a")]).is_err());
+        assert!(k.print_document("next", &[Case::pass("b")]).is_ok());
     }
 }

@@ -3,8 +3,8 @@
 //! The agent runs as PID 1 in a tiny QEMU guest (static musl binary, busybox userland) and
 //! drives textpoke's scenarios; this library is what it stands on:
 //!
-//! * [`ktap`]: KTAP version 1 output to `/dev/kmsg`, streamed or buffered;
-//! * [`sys`]: mounts, module loading and unloading, reboot, the kernel command line, CPU lists,
+//! * [`ktap`]: KTAP version 1 output to `/dev/kmsg`, buffered and printed in one piece;
+//! * [`sys`]: module loading and unloading, reboot, the kernel command line, CPU lists,
 //!   running code as an unprivileged user, errno-preserving file I/O, `/proc/interrupts` and the
 //!   kernel log;
 //! * [`kcore`]: reading kernel memory through `/proc/kcore`;

@@ -19,13 +19,11 @@ use textpoke_agent::checks;
 use textpoke_agent::exerciser::{self, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::{Case, Ktap};
-use textpoke_agent::perf::{Drain, Recorder, RecorderConfig, TextPokeRec};
+use textpoke_agent::perf::{self, Drain, Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::realperf::Perf;
 use textpoke_agent::sys;
 use textpoke_agent::uapi::BAD_INPUT_CASES;
-use textpoke_core::record::{
-    SampleIdLayout, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
-};
+use textpoke_core::record::SampleIdLayout;
 
 mod bench;
 
@@ -64,9 +62,7 @@ fn region(sites: &[Site]) -> (u64, usize) {
 fn engine_log() -> Result<Vec<TextPokeRec>, String> {
     let bytes = sys::read_file(exerciser::ENGINE_RECORDS)
         .map_err(|e| format!("reading engine log: {e}"))?;
-    let layout = SampleIdLayout::new(
-        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER,
-    );
+    let layout = SampleIdLayout::new(perf::SAMPLE_TYPE);
     let mut d = Drain::default();
     d.add_stream(&bytes, layout, 0);
     if !d.errors.is_empty() {
@@ -117,11 +113,8 @@ fn run_scenario(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, S
     let before = kcore
         .read(base, len)
         .map_err(|e| format!("kcore before: {e}"))?;
-    let mut recorder = Recorder::open(&RecorderConfig {
-        data_pages: 512,
-        ..RecorderConfig::default()
-    })
-    .map_err(|e| format!("opening the TEXT_POKE recorder: {e}"))?;
+    let mut recorder = Recorder::open(&RecorderConfig { data_pages: 512 })
+        .map_err(|e| format!("opening the TEXT_POKE recorder: {e}"))?;
     log(&format!("scenario {spec}"));
     let run = exerciser::command(&format!("run {spec}"));
     let drain = recorder.drain();

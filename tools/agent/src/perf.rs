@@ -9,8 +9,7 @@
 //! never overwrites unread records (it drops them and later writes a `PERF_RECORD_LOST` record
 //! instead). The events are opened disabled (`disabled = 1`) and enabled with
 //! `PERF_EVENT_IOC_ENABLE` once every buffer is mapped, so no record is produced before the
-//! recorder can hold it; [`RecorderConfig::enable`] can leave them disabled for the caller's
-//! [`Recorder::enable`].
+//! recorder can hold it.
 //!
 //! The kernel writes a text-poke record into the buffer of the CPU that made the change, so a
 //! poke shows up in exactly one buffer. [`Recorder::drain`] empties every buffer, following the
@@ -46,9 +45,6 @@ pub const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `PERF_EVENT_IOC_ENABLE`, `_IO('$', 0)`.
 pub const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 
-/// `PERF_EVENT_IOC_DISABLE`, `_IO('$', 1)`.
-pub const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-
 /// `PERF_ATTR_SIZE_VER8`: the size of the 6.12 `struct perf_event_attr` (with `config3`).
 pub const PERF_ATTR_SIZE_VER8: u32 = 136;
 
@@ -58,82 +54,14 @@ pub const SAMPLE_TYPE: u64 =
     PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
 
 /// The bits of the flag word of `struct perf_event_attr` (the `__u64` bitfield after
-/// `read_format`), named as in the uapi header, from bit 0 up.
+/// `read_format`) that the recorder sets, named as in the uapi header.
 pub mod attr_flags {
     /// `disabled`: off by default.
     pub const DISABLED: u64 = 1 << 0;
-    /// `inherit`: children inherit it.
-    pub const INHERIT: u64 = 1 << 1;
-    /// `pinned`: must always be on the PMU.
-    pub const PINNED: u64 = 1 << 2;
-    /// `exclusive`: only group on the PMU.
-    pub const EXCLUSIVE: u64 = 1 << 3;
-    /// `exclude_user`.
-    pub const EXCLUDE_USER: u64 = 1 << 4;
-    /// `exclude_kernel`.
-    pub const EXCLUDE_KERNEL: u64 = 1 << 5;
-    /// `exclude_hv`.
-    pub const EXCLUDE_HV: u64 = 1 << 6;
-    /// `exclude_idle`.
-    pub const EXCLUDE_IDLE: u64 = 1 << 7;
-    /// `mmap`: include mmap records.
-    pub const MMAP: u64 = 1 << 8;
-    /// `comm`: include comm records.
-    pub const COMM: u64 = 1 << 9;
-    /// `freq`: use frequency, not period.
-    pub const FREQ: u64 = 1 << 10;
-    /// `inherit_stat`.
-    pub const INHERIT_STAT: u64 = 1 << 11;
-    /// `enable_on_exec`.
-    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
-    /// `task`: trace fork/exit.
-    pub const TASK: u64 = 1 << 13;
-    /// `watermark`: `wakeup_watermark` instead of `wakeup_events`.
-    pub const WATERMARK: u64 = 1 << 14;
-    /// The shift of the two-bit `precise_ip` field.
-    pub const PRECISE_IP_SHIFT: u32 = 15;
-    /// `mmap_data`.
-    pub const MMAP_DATA: u64 = 1 << 17;
     /// `sample_id_all`: put the `sample_id` trailer on every non-sample record.
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
-    /// `exclude_host`.
-    pub const EXCLUDE_HOST: u64 = 1 << 19;
-    /// `exclude_guest`.
-    pub const EXCLUDE_GUEST: u64 = 1 << 20;
-    /// `exclude_callchain_kernel`.
-    pub const EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
-    /// `exclude_callchain_user`.
-    pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
-    /// `mmap2`.
-    pub const MMAP2: u64 = 1 << 23;
-    /// `comm_exec`.
-    pub const COMM_EXEC: u64 = 1 << 24;
-    /// `use_clockid`: timestamps from `clockid`.
-    pub const USE_CLOCKID: u64 = 1 << 25;
-    /// `context_switch`.
-    pub const CONTEXT_SWITCH: u64 = 1 << 26;
-    /// `write_backward`.
-    pub const WRITE_BACKWARD: u64 = 1 << 27;
-    /// `namespaces`.
-    pub const NAMESPACES: u64 = 1 << 28;
-    /// `ksymbol`.
-    pub const KSYMBOL: u64 = 1 << 29;
-    /// `bpf_event`.
-    pub const BPF_EVENT: u64 = 1 << 30;
-    /// `aux_output`.
-    pub const AUX_OUTPUT: u64 = 1 << 31;
-    /// `cgroup`.
-    pub const CGROUP: u64 = 1 << 32;
     /// `text_poke`: include `PERF_RECORD_TEXT_POKE` records.
     pub const TEXT_POKE: u64 = 1 << 33;
-    /// `build_id`.
-    pub const BUILD_ID: u64 = 1 << 34;
-    /// `inherit_thread`.
-    pub const INHERIT_THREAD: u64 = 1 << 35;
-    /// `remove_on_exec`.
-    pub const REMOVE_ON_EXEC: u64 = 1 << 36;
-    /// `sigtrap`.
-    pub const SIGTRAP: u64 = 1 << 37;
 }
 
 /// `struct perf_event_attr` of Linux 6.12 (`PERF_ATTR_SIZE_VER8`, 136 bytes), with the
@@ -224,19 +152,14 @@ pub mod mmap_page {
 
 impl PerfEventAttr {
     /// The recorder's event: a disabled software dummy event with `text_poke`, `sample_id_all`
-    /// and [`SAMPLE_TYPE`]; with `clockid`, timestamps come from that clock (`use_clockid`).
-    pub fn text_poke(clockid: Option<libc::clockid_t>) -> Self {
-        let mut flags = attr_flags::DISABLED | attr_flags::SAMPLE_ID_ALL | attr_flags::TEXT_POKE;
-        if clockid.is_some() {
-            flags |= attr_flags::USE_CLOCKID;
-        }
+    /// and [`SAMPLE_TYPE`], timestamped by the perf clock.
+    pub fn text_poke() -> Self {
         Self {
             type_: PERF_TYPE_SOFTWARE,
             size: PERF_ATTR_SIZE_VER8,
             config: PERF_COUNT_SW_DUMMY,
             sample_type: SAMPLE_TYPE,
-            flags,
-            clockid: clockid.unwrap_or(0),
+            flags: attr_flags::DISABLED | attr_flags::SAMPLE_ID_ALL | attr_flags::TEXT_POKE,
             ..Self::default()
         }
     }
@@ -267,20 +190,6 @@ pub fn perf_event_open(
     }
     // SAFETY: the kernel returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// The current `CLOCK_MONOTONIC` time in nanoseconds, to compare with record times of a
-/// recorder opened with `clockid: Some(libc::CLOCK_MONOTONIC)`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live local for `clock_gettime` to fill.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Why the bytes between `data_tail` and `data_head` cannot be copied.
@@ -449,7 +358,7 @@ pub struct TextPokeRec {
     pub old: Vec<u8>,
     /// The bytes after the change (empty for freed text).
     pub new: Vec<u8>,
-    /// The perf clock's timestamp (or the `clockid` clock's), in nanoseconds.
+    /// The perf clock's timestamp, in nanoseconds.
     pub time: u64,
     /// The CPU that wrote it.
     pub cpu: u32,
@@ -529,17 +438,6 @@ impl Drain {
         self.lost_records == 0 && self.full_buffers == 0 && self.errors.is_empty()
     }
 
-    /// Adds `other`'s contents to this one (pokes re-sorted by time).
-    pub fn merge(&mut self, other: Drain) {
-        self.pokes.extend(other.pokes);
-        self.pokes.sort_by_key(|p| p.time);
-        self.lost_records += other.lost_records;
-        self.lost_events += other.lost_events;
-        self.other_records += other.other_records;
-        self.errors.extend(other.errors);
-        self.full_buffers += other.full_buffers;
-    }
-
     /// Empties `ring` (the buffer of `cpu`) and adds its records; `scratch` is reused for the
     /// copy.
     pub fn add_ring(
@@ -593,24 +491,6 @@ pub struct RecorderConfig {
     /// 4000 five-byte pokes: enough for textpoke's own pokes, not for enabling the function
     /// tracer on x86, which pokes every traceable function in one `write`; use 1024 there).
     pub data_pages: usize,
-    /// Timestamps from this clock (`use_clockid`), e.g. `libc::CLOCK_MONOTONIC` to compare with
-    /// [`monotonic_ns`]; `None` for the perf clock.
-    pub clockid: Option<libc::clockid_t>,
-    /// The CPUs to record on; `None` for every online CPU.
-    pub cpus: Option<Vec<u32>>,
-    /// Enable the events once mapped (else call [`Recorder::enable`]).
-    pub enable: bool,
-}
-
-impl Default for RecorderConfig {
-    fn default() -> Self {
-        Self {
-            data_pages: 64,
-            clockid: None,
-            cpus: None,
-            enable: true,
-        }
-    }
 }
 
 /// One CPU's event and its mapped ring buffer.
@@ -646,7 +526,7 @@ pub struct Recorder {
 unsafe impl Send for Recorder {}
 
 impl Recorder {
-    /// Opens the events and maps their buffers (enabled unless `config.enable` is false).
+    /// Opens the events on every online CPU, maps their buffers and enables the events.
     ///
     /// Errors carry the errno of the failing call: `perf_event_open` (`EACCES` without
     /// `CAP_PERFMON`, `EINVAL` if the kernel lacks `text_poke`, `ENODEV`/`EINVAL` for an offline
@@ -655,14 +535,11 @@ impl Recorder {
         if !config.data_pages.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let cpus = match &config.cpus {
-            Some(cpus) => cpus.clone(),
-            None => crate::sys::online_cpus()?,
-        };
+        let cpus = crate::sys::online_cpus()?;
         // SAFETY: `sysconf` takes a plain integer.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let map_len = (1 + config.data_pages) * page;
-        let attr = PerfEventAttr::text_poke(config.clockid);
+        let attr = PerfEventAttr::text_poke();
         let mut buffers = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
             let fd = perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)?;
@@ -730,47 +607,21 @@ impl Recorder {
             layout: SampleIdLayout::new(SAMPLE_TYPE),
             scratch: Vec::new(),
         };
-        if config.enable {
-            recorder.enable()?;
-        }
+        recorder.enable()?;
         Ok(recorder)
     }
 
-    /// Opens with [`RecorderConfig::default`]: every online CPU, 64 data pages each, enabled.
-    pub fn open_default() -> io::Result<Self> {
-        Self::open(&RecorderConfig::default())
-    }
-
-    fn ioctl_all(&self, request: libc::c_ulong) -> io::Result<()> {
+    /// Enables every CPU's event (`PERF_EVENT_IOC_ENABLE`).
+    fn enable(&self) -> io::Result<()> {
         for buf in &self.buffers {
-            // SAFETY: `PERF_EVENT_IOC_ENABLE`/`DISABLE` take an integer argument (0: this event
-            // only) on a perf event descriptor we own.
-            let rc = unsafe { libc::ioctl(buf.fd.as_raw_fd(), request as _, 0) };
+            // SAFETY: `PERF_EVENT_IOC_ENABLE` takes an integer argument (0: this event only) on
+            // a perf event descriptor we own.
+            let rc = unsafe { libc::ioctl(buf.fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) };
             if rc != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
         Ok(())
-    }
-
-    /// Enables every CPU's event (`PERF_EVENT_IOC_ENABLE`).
-    pub fn enable(&self) -> io::Result<()> {
-        self.ioctl_all(PERF_EVENT_IOC_ENABLE)
-    }
-
-    /// Disables every CPU's event (`PERF_EVENT_IOC_DISABLE`); buffered records stay readable.
-    pub fn disable(&self) -> io::Result<()> {
-        self.ioctl_all(PERF_EVENT_IOC_DISABLE)
-    }
-
-    /// The CPUs recorded on.
-    pub fn cpus(&self) -> Vec<u32> {
-        self.buffers.iter().map(|b| b.cpu).collect()
-    }
-
-    /// The `sample_id` layout of the records.
-    pub fn layout(&self) -> SampleIdLayout {
-        self.layout
     }
 
     /// Empties every CPU's buffer and returns what was in them, pokes sorted by time.
@@ -797,26 +648,17 @@ mod tests {
         // The bit numbers a C program compiled against the 6.12 header printed.
         let expected: &[(u64, u32)] = &[
             (attr_flags::DISABLED, 0),
-            (attr_flags::EXCLUDE_KERNEL, 5),
-            (attr_flags::WATERMARK, 14),
-            (attr_flags::MMAP_DATA, 17),
             (attr_flags::SAMPLE_ID_ALL, 18),
-            (attr_flags::MMAP2, 23),
-            (attr_flags::USE_CLOCKID, 25),
-            (attr_flags::KSYMBOL, 29),
-            (attr_flags::CGROUP, 32),
             (attr_flags::TEXT_POKE, 33),
-            (attr_flags::SIGTRAP, 37),
         ];
         for &(flag, bit) in expected {
             assert_eq!(flag, 1 << bit);
         }
-        assert_eq!(attr_flags::PRECISE_IP_SHIFT, 15);
     }
 
     #[test]
     fn text_poke_attr_bytes() {
-        let attr = PerfEventAttr::text_poke(None);
+        let attr = PerfEventAttr::text_poke();
         // SAFETY: `PerfEventAttr` is `repr(C)` plain data of 136 bytes with no padding.
         let bytes: [u8; 136] = unsafe { std::mem::transmute(attr) };
         assert_eq!(&bytes[0..4], &1u32.to_le_bytes()); // PERF_TYPE_SOFTWARE
@@ -828,9 +670,6 @@ mod tests {
             &((1u64 << 33) | (1 << 18) | 1).to_le_bytes()
         );
         assert!(bytes[48..].iter().all(|&b| b == 0));
-        let attr = PerfEventAttr::text_poke(Some(libc::CLOCK_MONOTONIC));
-        assert_ne!(attr.flags & attr_flags::USE_CLOCKID, 0);
-        assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
     }
 
     #[test]

@@ -295,11 +295,6 @@ impl Perf {
         ))
     }
 
-    /// The binary's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Runs perf with `args`; a non-zero exit is an error carrying its stderr.
     pub fn run<I, S>(&self, args: I) -> io::Result<PerfRun>
     where
@@ -335,11 +330,6 @@ impl Perf {
                 tail(&run.stderr, 2000)
             )))
         }
-    }
-
-    /// `perf --version`, e.g. `perf version 6.12.95`.
-    pub fn version(&self) -> io::Result<String> {
-        self.run(["--version"]).map(|r| r.stdout.trim().to_owned())
     }
 
     /// Records system-wide with `--kcore` into the directory `out_dir` while `command` runs

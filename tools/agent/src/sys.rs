@@ -4,10 +4,9 @@
 //! [`io::Error::from_raw_os_error`] (or [`io::Error::last_os_error`]), so a test can assert the
 //! exact errno with `err.raw_os_error() == Some(libc::EBUSY)`.
 //!
-//! The parsers ([`parse_cpu_list`], [`parse_interrupts`], [`parse_cmdline_param`],
+//! The parsers ([`parse_cpu_list`], [`parse_interrupt_rows`], [`parse_cmdline_param`],
 //! [`parse_kmsg_record`]) are pure and unit-tested on the host.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -23,61 +22,6 @@ fn last_error() -> io::Error {
 /// `s` as a C string; an interior NUL is `EINVAL`.
 fn cstring(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-/// Mounts `src` of type `fstype` on `target` with no flags and no options, creating `target`
-/// (and its parents) first when it does not exist.
-///
-/// For instance `mount("debugfs", "/sys/kernel/debug", "debugfs")`. An already mounted target
-/// gives `EBUSY`.
-pub fn mount(src: &str, target: &str, fstype: &str) -> io::Result<()> {
-    mount_with(src, target, fstype, 0, None)
-}
-
-/// Mounts with explicit `MS_*` flags and an option string (`data`).
-pub fn mount_with(
-    src: &str,
-    target: &str,
-    fstype: &str,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> io::Result<()> {
-    if !Path::new(target).exists() {
-        std::fs::create_dir_all(target)?;
-    }
-    let (src, target, fstype) = (cstring(src)?, cstring(target)?, cstring(fstype)?);
-    let data = data.map(cstring).transpose()?;
-    let data_ptr = data
-        .as_ref()
-        .map_or(std::ptr::null(), |d| d.as_ptr().cast::<libc::c_void>());
-    // SAFETY: every pointer is a NUL-terminated string (or null for `data`) that outlives the
-    // call; the kernel only reads them.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            flags,
-            data_ptr,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(last_error())
-    }
-}
-
-/// Unmounts `target` (`umount2(target, 0)`).
-pub fn umount(target: &str) -> io::Result<()> {
-    let target = cstring(target)?;
-    // SAFETY: `target` is a NUL-terminated string that outlives the call.
-    let rc = unsafe { libc::umount2(target.as_ptr(), 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(last_error())
-    }
 }
 
 /// Loads the kernel module at `path` with the parameter string `params` (`"a=1 b=x"`, or `""`).
@@ -146,32 +90,14 @@ pub fn unload_module(name: &str) -> io::Result<()> {
     }
 }
 
-/// Whether the module `name` is loaded (its directory in `/sys/module` has an `initstate`,
-/// which built-in modules lack).
-pub fn module_loaded(name: &str) -> bool {
-    Path::new("/sys/module")
-        .join(name)
-        .join("initstate")
-        .exists()
-}
-
 /// Syncs and reboots (`reboot(RB_AUTOBOOT)`); with QEMU's `-no-reboot` this ends QEMU.
 ///
 /// Never returns: if the call fails (not PID 1's privileges), it sleeps forever.
 pub fn reboot() -> ! {
-    halt(libc::RB_AUTOBOOT)
-}
-
-/// Syncs and powers off (`reboot(RB_POWER_OFF)`), which also ends QEMU.
-pub fn power_off() -> ! {
-    halt(libc::RB_POWER_OFF)
-}
-
-fn halt(how: libc::c_int) -> ! {
     // SAFETY: `sync` and `reboot` take no pointers.
     unsafe {
         libc::sync();
-        libc::reboot(how);
+        libc::reboot(libc::RB_AUTOBOOT);
     }
     loop {
         // SAFETY: `pause` takes no arguments; it only waits for a signal.
@@ -436,12 +362,6 @@ pub fn set_module_param(module: &str, param: &str, value: &str) -> io::Result<()
     }
 }
 
-/// Reads a module parameter (`/sys/module/<module>/parameters/<param>`), trailing newline
-/// removed.
-pub fn module_param(module: &str, param: &str) -> io::Result<String> {
-    read_text(format!("/sys/module/{module}/parameters/{param}")).map(|s| s.trim_end().to_owned())
-}
-
 /// One row of `/proc/interrupts`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IrqRow {
@@ -464,23 +384,6 @@ impl IrqRow {
 /// The rows of `/proc/interrupts`.
 pub fn interrupt_rows() -> io::Result<Vec<IrqRow>> {
     Ok(parse_interrupt_rows(&read_text("/proc/interrupts")?))
-}
-
-/// The counts of `/proc/interrupts` summed over CPUs, by row label.
-///
-/// IPIs: `"CAL"` (function calls, which `text_poke_sync` sends) and `"TLB"` on x86, `"IPI0"`
-/// to `"IPI7"` on the 6.12 arm64 guest (`IPI1` is function calls there). Subtract two snapshots to count what
-/// happened in between.
-pub fn interrupt_counts() -> io::Result<BTreeMap<String, u64>> {
-    Ok(parse_interrupts(&read_text("/proc/interrupts")?))
-}
-
-/// Parses `/proc/interrupts` text into per-label sums; see [`interrupt_counts`].
-pub fn parse_interrupts(text: &str) -> BTreeMap<String, u64> {
-    parse_interrupt_rows(text)
-        .into_iter()
-        .map(|row| (row.label.clone(), row.total()))
-        .collect()
 }
 
 /// Parses `/proc/interrupts` text into rows.
@@ -536,30 +439,22 @@ impl LogCursor {
 pub struct KmsgRecord {
     /// Its sequence number.
     pub seq: u64,
-    /// Its log level (0 = `KERN_EMERG` .. 7 = `KERN_DEBUG`).
-    pub level: u8,
-    /// Its syslog facility (0 for the kernel, 1 for lines written to `/dev/kmsg`).
-    pub facility: u32,
-    /// Its timestamp in microseconds since boot.
-    pub time_us: u64,
     /// Its text, with `/dev/kmsg`'s `\xNN` escapes decoded (lossily as UTF-8).
     pub text: String,
 }
 
 /// Parses one `/dev/kmsg` record: `prio,seq,time_us,flags[,...];text\n` plus optional
-/// continuation lines (` KEY=value`, ignored).
+/// continuation lines (` KEY=value`, ignored). Only the sequence number and the text are kept,
+/// but a record whose priority or timestamp is not a number is rejected.
 pub fn parse_kmsg_record(record: &str) -> Option<KmsgRecord> {
     let (header, rest) = record.split_once(';')?;
     let mut fields = header.split(',');
-    let prio: u32 = fields.next()?.trim().parse().ok()?;
+    let _prio: u32 = fields.next()?.trim().parse().ok()?;
     let seq: u64 = fields.next()?.trim().parse().ok()?;
-    let time_us: u64 = fields.next()?.trim().parse().ok()?;
+    let _time_us: u64 = fields.next()?.trim().parse().ok()?;
     let text = rest.split('\n').next().unwrap_or("");
     Some(KmsgRecord {
         seq,
-        level: (prio & 7) as u8,
-        facility: prio >> 3,
-        time_us,
         text: unescape_kmsg(text),
     })
 }
@@ -683,9 +578,17 @@ IPI6:         0          0          0          0       CPU backtrace interrupts
 Err:          0
 ";
 
+    /// The rows' sums over CPUs, by label.
+    fn totals(text: &str) -> std::collections::BTreeMap<String, u64> {
+        parse_interrupt_rows(text)
+            .into_iter()
+            .map(|row| (row.label.clone(), row.total()))
+            .collect()
+    }
+
     #[test]
     fn x86_interrupts() {
-        let counts = parse_interrupts(X86_INTERRUPTS);
+        let counts = totals(X86_INTERRUPTS);
         assert_eq!(counts["CAL"], 1024);
         assert_eq!(counts["TLB"], 12);
         assert_eq!(counts["LOC"], 35801);
@@ -702,7 +605,7 @@ Err:          0
 
     #[test]
     fn arm64_interrupts() {
-        let counts = parse_interrupts(ARM64_INTERRUPTS);
+        let counts = totals(ARM64_INTERRUPTS);
         assert_eq!(counts["IPI0"], 286);
         assert_eq!(counts["IPI1"], 100);
         assert_eq!(counts["IPI5"], 10);
@@ -749,14 +652,13 @@ Err:          0
         let r = parse_kmsg_record("6,1234,5678901,-;textpoke: refused\\x0a\\x5c x\n SUBSYSTEM=x\n")
             .unwrap();
         assert_eq!(r.seq, 1234);
-        assert_eq!(r.level, 6);
-        assert_eq!(r.facility, 0);
-        assert_eq!(r.time_us, 5678901);
         assert_eq!(r.text, "textpoke: refused\n\\ x");
         let r = parse_kmsg_record("12,7,0,c,more;ok 1 x\n").unwrap();
-        assert_eq!((r.facility, r.level, r.seq), (1, 4, 7));
+        assert_eq!(r.seq, 7);
         assert_eq!(r.text, "ok 1 x");
         assert!(parse_kmsg_record("garbage").is_none());
+        assert!(parse_kmsg_record("x,7,0,-;bad priority").is_none());
+        assert!(parse_kmsg_record("6,7,x,-;bad timestamp").is_none());
     }
 
     #[test]
