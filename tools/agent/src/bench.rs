@@ -94,8 +94,7 @@ fn idle_ipis(n: u32, reps: u32) -> Result<f64, String> {
 /// Runs every measurement and prints the KTAP document `textpoke_bench`.
 pub fn run(ktap: &mut Ktap) {
     let mut cases = Vec::new();
-    let loaded = sys::load_module("/lib/textpoke/textpoke.ko", "")
-        .and_then(|()| sys::load_module("/lib/textpoke/textpoke_bench.ko", ""));
+    let loaded = super::load("textpoke", "").and_then(|()| super::load("textpoke_bench", ""));
     cases.push(Case::check("load", loaded.is_ok(), format!("{loaded:?}")));
     if loaded.is_ok() {
         let modes: &[&str] = if cfg!(target_arch = "aarch64") {
