@@ -259,37 +259,52 @@ fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
     case
 }
 
+/// Most runs of the broken scenario before the checker must have seen the broken engine.
+///
+/// Whether an unguarded write is observed depends on where TCG switches vCPUs: at x86 `-smp 2`
+/// one run of [`BROKEN_SCENARIO`] has caught it in 0 to 38 of every thousand executions, so a
+/// single run can come out clean. More load, not a weaker check: the case still fails unless
+/// a violation is seen.
+const BROKEN_RUNS: usize = 5;
+
 /// The deliberately broken engine, under the same load: the checker must see it.
 fn broken_case(name: &str, protocol: u32, spec: &str, sites: &[Site], kcore: &Kcore) -> Case {
     if let Err(e) = sys::set_module_param("textpoke", "debug_protocol", &protocol.to_string()) {
         return Case::fail(name, format!("setting debug_protocol: {e}"));
     }
-    let ev = run_scenario(spec, sites, kcore);
-    let reset = sys::set_module_param("textpoke", "debug_protocol", "0");
-    let ev = match (ev, reset) {
-        (Ok(ev), Ok(())) => ev,
-        (Err(e), _) => return Case::fail(name, e),
-        (_, Err(e)) => return Case::fail(name, format!("resetting debug_protocol: {e}")),
-    };
-    let ours = ev.site_pokes(sites);
-    match checks::timelines(sites, &ours) {
-        Ok(lines) => {
-            let r = checks::check_ordering(sites, &lines, &ev.execs);
-            Case::check(
-                name,
-                r.violations > 0,
-                format!(
-                    "the checker saw no violation in {} executions of a broken engine",
-                    r.checked
-                ),
-            )
-            .with_log(format!(
-                "debug_protocol={protocol}: {} violations in {} executions",
-                r.violations, r.checked
-            ))
+    let mut runs = Vec::new();
+    let outcome = loop {
+        let r = run_scenario(spec, sites, kcore).and_then(|ev| {
+            let lines = checks::timelines(sites, &ev.site_pokes(sites))?;
+            Ok(checks::check_ordering(sites, &lines, &ev.execs))
+        });
+        match r {
+            Ok(r) => {
+                runs.push(format!(
+                    "debug_protocol={protocol}: {} violations in {} executions",
+                    r.violations, r.checked
+                ));
+                if r.violations > 0 || runs.len() == BROKEN_RUNS {
+                    break Ok(r.violations > 0);
+                }
+            }
+            Err(e) => break Err(e),
         }
-        Err(e) => Case::fail(name, e),
-    }
+    };
+    let reset = sys::set_module_param("textpoke", "debug_protocol", "0");
+    let case = match (outcome, reset) {
+        (Ok(caught), Ok(())) => Case::check(
+            name,
+            caught,
+            format!(
+                "the checker saw no violation in {} runs of a broken engine",
+                runs.len()
+            ),
+        ),
+        (Err(e), _) => Case::fail(name, e),
+        (_, Err(e)) => Case::fail(name, format!("resetting debug_protocol: {e}")),
+    };
+    runs.into_iter().fold(case, Case::with_log)
 }
 
 fn errno_named(name: &str) -> i32 {
