@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Builds a guest kernel from Debian's linux-source-6.12 and prints its object tree.
 #
-#   tools/kernel.sh <x86_64|arm64> [patched|unpatched]
+#   tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
+#
+# Variants:
+#   patched      Debian's source with tools/patches, tinyconfig + common.config + <arch>.config
+#   unpatched    the same without the series (the check that textpoke refuses to load)
+#   mitigations  patched + mitigations.config: IBT and Debian's CPU mitigations (x86_64 only)
+#   kasan        patched + kasan.config: KASAN and other debug checkers (`make test-debug`)
 #
 # The last line of stdout is the object tree (the KDIR for `make -C $KDIR M=...`); progress goes
 # to stderr. Everything lives under $TEXTPOKE_CACHE (default ~/.cache/textpoke):
@@ -9,15 +15,19 @@
 #   kernel/patched/             Debian's source with tools/patches applied
 #   kernel/patched/build-<arch> object tree for each arch (srctree is "..", so commands
 #                               do not depend on where the cache is)
+#   kernel/patched/build-<arch>-<variant>
+#                               object trees of the variants built from the patched source
 #   kernel/unpatched/           pristine source, and build-x86_64 for the negative check
 #
 # A build is keyed on a hash of (source version, patches, config fragments, this recipe's
 # version). An unchanged key does nothing; a changed one rebuilds incrementally: patches are
 # reverse-applied and re-applied so only touched files get new mtimes, and the config is
-# regenerated in place so Kbuild recompiles only what changed.
+# regenerated in place so Kbuild recompiles only what changed. A fragment's option that
+# Kconfig does not keep (a missing dependency, a compiler that lacks a flag) fails the build;
+# when fragments set the same option, the last one wins and is the one checked.
 set -euo pipefail
 
-arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched]}
+arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]}
 variant=${2:-patched}
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
@@ -36,23 +46,31 @@ arm64) image=arch/arm64/boot/Image ;;
 *) die "unknown arch '$arch' (x86_64 or arm64)" ;;
 esac
 case $variant in
-patched | unpatched) ;;
-*) die "unknown variant '$variant' (patched or unpatched)" ;;
+patched | unpatched | kasan) ;;
+mitigations) [ "$arch" = x86_64 ] || die "the mitigations variant is x86_64 only" ;;
+*) die "unknown variant '$variant' (patched, unpatched, mitigations or kasan)" ;;
+esac
+# The variants other than `unpatched` are the patched source with one more fragment.
+case $variant in
+unpatched) source=unpatched extra=() ;;
+patched) source=patched extra=() ;;
+*) source=patched extra=("$top/tools/kconfig/$variant.config") ;;
 esac
 [ -f "$tarball" ] || die "$tarball missing: run tools/install-deps.sh"
 
 src_version=$(dpkg-query -W -f='${Version}' linux-source-6.12)
 patches=("$top"/tools/patches/*.patch)
-fragments=("$top/tools/kconfig/common.config" "$top/tools/kconfig/$arch.config")
+fragments=("$top/tools/kconfig/common.config" "$top/tools/kconfig/$arch.config" "${extra[@]}")
 key=$( {
 	echo "recipe $recipe source $src_version variant $variant arch $arch"
-	[ "$variant" = patched ] && cat "${patches[@]}"
+	[ "$source" = patched ] && cat "${patches[@]}"
 	cat "${fragments[@]}"
 } | sha256sum | cut -c1-16)
 
-srcdir=$cache/kernel/$variant
-objtree=$srcdir/build-$arch
-kmake() { make -C "$srcdir" O="build-$arch" ARCH="$arch" LLVM=1 "$@"; }
+srcdir=$cache/kernel/$source
+objname=build-$arch$([ "$variant" = "$source" ] || echo "-$variant")
+objtree=$srcdir/$objname
+kmake() { make -C "$srcdir" O="$objname" ARCH="$arch" LLVM=1 "$@"; }
 
 if [ -f "$objtree/.textpoke-key" ] && [ "$(cat "$objtree/.textpoke-key")" = "$key" ] &&
 	[ -f "$objtree/$image" ]; then
@@ -73,7 +91,7 @@ fi
 
 # Patch series: bring the applied set in line with tools/patches. Reverse-applying the old
 # series (kept in the tree) touches only the files it changed.
-if [ "$variant" = patched ]; then
+if [ "$source" = patched ]; then
 	applied=$srcdir/.textpoke-patches
 	if ! diff -rq "$applied" "$top/tools/patches" >/dev/null 2>&1; then
 		if [ -d "$applied" ]; then
@@ -111,17 +129,20 @@ stage "configuring: tinyconfig + ${fragments[*]##*/}"
 # Generate the config in a scratch object tree and copy it over only if it changed: running
 # tinyconfig in the real one would rewrite include/config/ with tinyconfig's values and then
 # back, touching every symbol and making Kbuild rebuild nearly everything.
-scratch=$srcdir/build-$arch.config
+scratch=$srcdir/$objname.config
 rm -rf "$scratch"
 mkdir -p "$objtree" "$scratch"
-make -s -C "$srcdir" O="build-$arch.config" ARCH="$arch" LLVM=1 tinyconfig >/dev/null
+make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM=1 tinyconfig >/dev/null
 "$srcdir/scripts/kconfig/merge_config.sh" -m -O "$scratch" "$scratch/.config" "${fragments[@]}" >/dev/null
-make -s -C "$srcdir" O="build-$arch.config" ARCH="$arch" LLVM=1 olddefconfig >/dev/null
+make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM=1 olddefconfig >/dev/null
 if ! cmp -s "$scratch/.config" "$objtree/.config"; then
 	cp "$scratch/.config" "$objtree/.config"
 fi
 rm -rf "$scratch"
-missing=$(cat "${fragments[@]}" | sed -n 's/^\(CONFIG_[A-Z0-9_]*=.*\)$/\1/p; s/^# \(CONFIG_[A-Z0-9_]*\) is not set$/\1=n/p' |
+# What the fragments ask for, the last setting of each option winning (as in merge_config.sh).
+wanted=$(cat "${fragments[@]}" | sed -n 's/^\(CONFIG_[A-Z0-9_]*=.*\)$/\1/p; s/^# \(CONFIG_[A-Z0-9_]*\) is not set$/\1=n/p' |
+	awk -F= '{ if (!($1 in v)) order[n++] = $1; v[$1] = $0 } END { for (i = 0; i < n; i++) print v[order[i]] }')
+missing=$(printf '%s\n' "$wanted" |
 	while IFS= read -r want; do
 		sym=${want%%=*} val=${want#*=}
 		if [ "$val" = n ]; then
