@@ -6,64 +6,42 @@
 //! Every entry point checks its pointers, logs a line and returns a distinct negative errno on
 //! bad input (see [`crate::errno`]), and changes nothing when it refuses.
 
-use crate::arch;
+use crate::arch::{Arch, This};
 use crate::batch::{Batch, BatchStats};
 use crate::engine::{self, Engine};
 use crate::errno;
+use crate::insn::Op;
 use crate::module_text::Module;
+use crate::sites::Sites;
 use kernel::{
     bindings,
     ffi::{c_int, c_void},
     prelude::*,
 };
 
-/// `enum textpoke_op`: an instruction `textpoke_encode()` can build.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Op {
-    /// x86 `NOP2`/`NOP5`, arm64 `NOP`.
-    Nop,
-    /// x86 `JMP rel8`/`JMP rel32`, arm64 `B`.
-    Jmp,
-    /// x86 `CALL rel32`, arm64 `BL`.
-    Call,
-    /// x86 `RET` (padded with `INT3`), arm64 `RET`.
-    Ret,
-    /// arm64 `MOV X9, X30` (ftrace's patchable-entry prologue).
-    MovX9X30,
-}
-
-impl Op {
-    fn from_c(op: c_int) -> Option<Self> {
-        Some(match op {
-            0 => Self::Nop,
-            1 => Self::Jmp,
-            2 => Self::Call,
-            3 => Self::Ret,
-            4 => Self::MovX9X30,
-            _ => return None,
-        })
-    }
-}
-
 /// Runs `f` with the engine, turning the result into the C convention (0 or -errno).
-fn with_engine(f: impl FnOnce(&'static Engine) -> Result) -> c_int {
-    match engine::get() {
-        Some(engine) => match f(engine) {
-            Ok(()) => 0,
-            Err(e) => e.to_errno(),
-        },
-        None => errno::module_gone().to_errno(),
+fn with_engine(f: impl FnOnce(&Engine) -> Result) -> c_int {
+    match engine::with(f) {
+        Some(Ok(())) => 0,
+        Some(Err(e)) => e.to_errno(),
+        None => {
+            pr_err!("refusing a call: textpoke is not ready or is going away\n");
+            errno::module_gone().to_errno()
+        }
     }
 }
 
-/// Borrows `len` bytes at `ptr` from a C caller; `EMSGSIZE` (a wrongly sized instruction) for
-/// null, empty or oversized input.
+/// Borrows `len` bytes at `ptr` from a C caller: `EINVAL` for a null pointer, `EMSGSIZE` (a
+/// wrongly sized instruction) for an empty or oversized one.
 ///
 /// # Safety
 ///
 /// If non-null, `ptr` must be valid for reads of `len` bytes for the returned lifetime.
 unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8]> {
-    if ptr.is_null() || len == 0 || len > crate::insn::MAX_INSN_LEN {
+    if ptr.is_null() {
+        return Err(EINVAL);
+    }
+    if len == 0 || len > crate::insn::MAX_INSN_LEN {
         return Err(errno::wrong_size());
     }
     // SAFETY: Non-null, and the caller guarantees validity for `len` bytes.
@@ -88,17 +66,21 @@ pub(crate) unsafe extern "C" fn textpoke_encode(
         return EINVAL.to_errno();
     };
     if out.is_null() {
+        pr_err!("encode: no output buffer\n");
         return EINVAL.to_errno();
     }
     let (site, target) = (site as usize as u64, target as usize as u64);
-    let encoded = arch::insn_for(op, target, len).and_then(|insn| insn.encode(site));
+    let encoded = This::encode(op, site, target, len);
     match encoded {
         Ok(bytes) if bytes.len() == len => {
             // SAFETY: `out` is valid for `len` bytes (caller) and `bytes` holds exactly `len`.
             unsafe { core::ptr::copy_nonoverlapping(bytes.as_slice().as_ptr(), out, len) };
             0
         }
-        Ok(_) => errno::wrong_size().to_errno(),
+        Ok(_) => {
+            pr_err!("encode {op:?} at {site:#x}: it is not {len} bytes long\n");
+            errno::wrong_size().to_errno()
+        }
         Err(e) => {
             pr_err!(
                 "encode {op:?} at {site:#x} to {target:#x}: {}\n",
@@ -122,11 +104,12 @@ pub(crate) unsafe extern "C" fn textpoke_register_site(
 ) -> c_int {
     with_engine(|engine| {
         // SAFETY: The caller passes its own, live module.
-        let owner = unsafe { Module::from_raw(owner) }.ok_or(EINVAL)?;
-        engine
-            .sites
-            .lock()
-            .register(owner, addr as usize as u64, len)
+        let owner = unsafe { Module::from_raw(owner) }.ok_or_else(no_owner)?;
+        let addr = addr as usize as u64;
+        engine.sites.lock().vet(owner, addr, len)?;
+        // Not under the sites lock: see `Sites::refuse_other_patchers`.
+        Sites::refuse_other_patchers(&engine.series.common, addr, len)?;
+        engine.sites.lock().register(owner, addr, len)
     })
 }
 
@@ -142,9 +125,16 @@ pub(crate) unsafe extern "C" fn textpoke_unregister_site(
 ) -> c_int {
     with_engine(|engine| {
         // SAFETY: The caller passes its own, live module.
-        let owner = unsafe { Module::from_raw(owner) }.ok_or(EINVAL)?;
+        let owner = unsafe { Module::from_raw(owner) }.ok_or_else(no_owner)?;
         engine.sites.lock().unregister(owner, addr as usize as u64)
     })
+}
+
+/// The errno and log line for a call without its module (`THIS_MODULE` is never null in a
+/// module).
+fn no_owner() -> Error {
+    pr_err!("refusing a call without its module (pass THIS_MODULE)\n");
+    EINVAL
 }
 
 /// `textpoke_batch_begin()`: starts an empty batch, stored in `*out`.
@@ -155,6 +145,7 @@ pub(crate) unsafe extern "C" fn textpoke_unregister_site(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn textpoke_batch_begin(out: *mut *mut c_void) -> c_int {
     if out.is_null() {
+        pr_err!("batch_begin: nowhere to store the batch\n");
         return EINVAL.to_errno();
     }
     with_engine(|engine| {
@@ -174,22 +165,30 @@ pub(crate) unsafe extern "C" fn textpoke_batch_begin(out: *mut *mut c_void) -> c
 /// thread at a time.
 unsafe fn batch_mut<'a>(batch: *mut c_void) -> Result<&'a mut Batch> {
     // SAFETY: Guaranteed by the caller.
-    unsafe { batch.cast::<Batch>().as_mut() }.ok_or(EINVAL)
+    unsafe { batch.cast::<Batch>().as_mut() }.ok_or_else(|| {
+        pr_err!("refusing a call without a batch\n");
+        EINVAL
+    })
 }
 
-/// `textpoke_batch_add()`: adds the change of the site at `addr` to the `len`-byte `insn`.
+/// `textpoke_batch_add()`: adds the change of `owner`'s site at `addr` to the `len`-byte
+/// `insn`.
 ///
 /// # Safety
 ///
-/// `batch` as for [`batch_mut`]; `insn` valid for reads of `len` bytes.
+/// `batch` as for [`batch_mut`]; `owner` as for [`textpoke_register_site`]; `insn` valid for
+/// reads of `len` bytes.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn textpoke_batch_add(
     batch: *mut c_void,
+    owner: *mut bindings::module,
     addr: *const c_void,
     insn: *const u8,
     len: usize,
 ) -> c_int {
     with_engine(|engine| {
+        // SAFETY: The caller passes its own, live module.
+        let owner = unsafe { Module::from_raw(owner) }.ok_or_else(no_owner)?;
         // SAFETY: Forwarded from the caller.
         let batch = unsafe { batch_mut(batch) }?;
         // SAFETY: Forwarded from the caller.
@@ -199,7 +198,7 @@ pub(crate) unsafe extern "C" fn textpoke_batch_add(
                 addr as usize
             );
         })?;
-        batch.add(engine, addr as usize as u64, insn)
+        batch.add(engine, owner, addr as usize as u64, insn)
     })
 }
 
@@ -231,6 +230,7 @@ pub(crate) unsafe extern "C" fn textpoke_batch_stats(
         return EINVAL.to_errno();
     };
     if out.is_null() {
+        pr_err!("batch_stats: nowhere to store the stats\n");
         return EINVAL.to_errno();
     }
     // SAFETY: `out` is valid for writes (caller).
@@ -255,5 +255,5 @@ pub(crate) unsafe extern "C" fn textpoke_batch_end(batch: *mut c_void) {
 /// `textpoke_cpu_traps()`: guard traps emulated on `cpu` so far.
 #[no_mangle]
 pub(crate) extern "C" fn textpoke_cpu_traps(cpu: u32) -> u64 {
-    engine::get().map_or(0, |e| e.stats.cpu_traps(cpu as usize))
+    engine::with(|e| e.stats.cpu_traps(cpu as usize)).unwrap_or(0)
 }

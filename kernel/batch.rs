@@ -1,33 +1,36 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A batch: sites to change together, then the guarded protocol executed step by step.
+//! A batch: sites to change together, then the plan executed step by step.
 //!
 //! A batch owns its sites from [`Batch::add`] until it is committed or dropped (another batch
 //! naming one of them gets `EBUSY`), and pins their modules and textpoke itself, so neither
-//! can be unloaded while it exists. [`Batch::commit`] runs the planner's steps (`plan.rs`)
-//! verbatim: the pending table is published before the first guard and retired after the last
-//! sync, and each step maps to one primitive: `text_poke()` or `aarch64_insn_write()` plus cache
-//! maintenance under `text_mutex`, an all-CPU sync, or `perf_event_text_poke()`.
+//! can be unloaded while it exists. [`Batch::commit`] runs the planner's steps (`plan.rs`, the
+//! canonical description of the protocol) verbatim, each step one primitive: a text write
+//! (`Arch::write`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
+//! section run with every other CPU stopped (`stop_machine_cpuslocked()`).
 //!
 //! Several batches may be committed concurrently from different threads: each holds
 //! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
 //! pending table resolves any guard of any of them.
 
-use crate::arch;
+use crate::arch::{Arch, This};
 use crate::clock;
 use crate::cpu::{self, HotplugGuard, NoPreempt};
-use crate::debug;
-use crate::engine::{Engine, PendingInsn};
+use crate::debug::{self, Defect};
+use crate::engine::{Engine, Entry};
 use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
-use crate::module_text::ModuleRef;
+use crate::module_text::{Module, ModuleRef};
 use crate::pending::PublishError;
-use crate::plan::{Change, Plan, Protocol, Step};
+use crate::plan::{Change, Plan, Step};
 use crate::series::TextMutexGuard;
 use crate::sites::Found;
-use core::sync::atomic::Ordering;
-use kernel::{ffi::c_void, prelude::*};
+use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use kernel::{
+    ffi::{c_int, c_void},
+    prelude::*,
+};
 
 /// Most sites in one batch (`TEXTPOKE_MAX_BATCH` in kernel/textpoke.h).
 pub(crate) const MAX_SITES: usize = 4096;
@@ -40,7 +43,7 @@ pub(crate) struct BatchStats {
     pub(crate) nsecs: u64,
     /// Sites changed.
     pub(crate) sites: u32,
-    /// All-CPU syncs (machine-wide IPI rounds).
+    /// All-CPU syncs (machine-wide IPI rounds); a parked section counts as one.
     pub(crate) syncs: u32,
     /// Text writes.
     pub(crate) writes: u32,
@@ -48,19 +51,22 @@ pub(crate) struct BatchStats {
     pub(crate) records: u32,
 }
 
-struct Entry {
-    addr: u64,
-    old: InsnBytes,
-    new: InsnBytes,
-    insn: arch::Insn,
-    /// Keeps the site's module loaded while the batch exists.
-    _owner: ModuleRef,
-}
+// The C header's `struct textpoke_batch_stats`, checked here as kernel/exports.c checks it
+// against the header: the same layout on both sides.
+static_assert!(core::mem::size_of::<BatchStats>() == 24);
+static_assert!(core::mem::offset_of!(BatchStats, sites) == 8);
+static_assert!(core::mem::offset_of!(BatchStats, syncs) == 12);
+static_assert!(core::mem::offset_of!(BatchStats, writes) == 16);
+static_assert!(core::mem::offset_of!(BatchStats, records) == 20);
 
 /// A batch of site changes.
 pub(crate) struct Batch {
     id: u64,
+    /// The changes, one per site, each with everything the plan, the pending table and the
+    /// record need.
     entries: KVec<Entry>,
+    /// Keeps the modules owning the sites loaded while the batch exists.
+    owners: KVec<ModuleRef>,
     committed: bool,
     stats: BatchStats,
     /// Keeps textpoke loaded while the batch exists.
@@ -73,6 +79,7 @@ impl Batch {
         Ok(Self {
             id: engine.next_batch_id(),
             entries: KVec::new(),
+            owners: KVec::new(),
             committed: false,
             stats: BatchStats::default(),
             _engine: engine.module.get()?,
@@ -84,12 +91,19 @@ impl Batch {
         self.stats
     }
 
-    /// Adds the change of the registered site at `addr` to the instruction `bytes`.
+    /// Adds the change of `caller`'s registered site at `addr` to the instruction `bytes`.
     ///
     /// Everything about the change is checked here, so that a commit only fails if the text
-    /// changed behind the engine's back; see [`crate::errno`] for the errno of each refusal.
-    /// A refused change leaves the batch as it was.
-    pub(crate) fn add(&mut self, engine: &Engine, addr: u64, bytes: &[u8]) -> Result {
+    /// changed behind the engine's back or too many batches are committing at once; see
+    /// [`crate::errno`] for the errno of each refusal. A refused change leaves the batch as it
+    /// was.
+    pub(crate) fn add(
+        &mut self,
+        engine: &Engine,
+        caller: Module,
+        addr: u64,
+        bytes: &[u8],
+    ) -> Result {
         let id = self.id;
         let refuse = |why: &str, e: Error| {
             pr_err!("batch {id}: refusing change at {addr:#x}: {why}\n");
@@ -107,7 +121,13 @@ impl Batch {
             Found::Inside => return Err(refuse("inside another site", errno::inside_site())),
             Found::Nowhere => return Err(refuse("not a registered site", errno::not_registered())),
         };
-        let site = sites.get_mut(index).ok_or(errno::not_registered())?;
+        let site = sites.get_mut(index)?;
+        if site.owner != caller {
+            return Err(refuse(
+                "the site belongs to another module",
+                errno::not_owner(),
+            ));
+        }
         if site.batch == id {
             return Err(refuse("site already in this batch", errno::duplicate()));
         }
@@ -117,14 +137,13 @@ impl Batch {
                 errno::busy(),
             ));
         }
-        if arch::is_guard(bytes) {
+        if This::is_guard(bytes) {
             return Err(refuse(
                 "new instruction is the guard itself",
                 errno::guard_collision(),
             ));
         }
-        let insn =
-            arch::Insn::decode(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
+        let insn = This::accept(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         let new = InsnBytes::new(bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         if new.len() != site.len() {
             return Err(refuse(
@@ -138,19 +157,24 @@ impl Batch {
             .map_err(|_| refuse("its module is going away", errno::module_gone()))?;
         // Reserve first so that claiming the site cannot be followed by a failed push.
         self.entries.reserve(1, GFP_KERNEL)?;
+        self.owners.reserve(1, GFP_KERNEL)?;
         site.batch = id;
-        let entry = Entry {
-            addr,
+        let change = Change {
             old: site.current,
             new,
-            insn,
-            _owner: owner,
+            parked: This::must_park(&site.current, &new),
         };
-        self.entries.push(entry, GFP_KERNEL)?;
+        self.entries
+            .push(Entry::new(addr, insn, change)?, GFP_KERNEL)?;
+        self.owners.push(owner, GFP_KERNEL)?;
         Ok(())
     }
 
-    /// Applies every change with the guarded protocol; see the module documentation.
+    /// Applies every change with the plan; see the module documentation.
+    ///
+    /// Refusals that write nothing leave the batch committable: `ENOSPC` when
+    /// [`crate::pending::MAX_BATCHES`] batches are committing at this moment, which may be
+    /// retried. Once writing started the batch is committed, whatever the outcome.
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result {
         let id = self.id;
         if self.committed {
@@ -164,67 +188,67 @@ impl Batch {
         let start = clock::now();
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
-        if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.old)) {
+        if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.change.old)) {
             pr_err!(
                 "batch {id}: site {:#x} changed behind textpoke's back\n",
                 e.addr
             );
             return Err(errno::text_changed());
         }
-        let mut pending = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
-        let mut changes = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
-        for e in self.entries.iter() {
-            let len = u8::try_from(e.new.len()).map_err(|_| errno::wrong_size())?;
-            pending.push(
-                PendingInsn {
-                    addr: e.addr,
-                    len,
-                    insn: e.insn,
-                },
-                GFP_KERNEL,
-            )?;
-            changes.push(
-                Change {
-                    old: e.old,
-                    new: e.new,
-                },
-                GFP_KERNEL,
-            )?;
-        }
-
-        let protocol = debug::protocol();
-        if protocol != Protocol::Guarded {
-            pr_warn!("batch {id}: DELIBERATELY BROKEN protocol {protocol:?} (debug_protocol)\n");
-        }
-        let _hotplug = HotplugGuard::new();
-        let mut plan = Plan::with_protocol(arch::PLAN_ARCH, protocol, &changes);
-        self.committed = true;
-        let ran = match plan.next() {
-            Some(Step::Publish) => engine
-                .table
-                .with_published(&pending, cpu::cond_resched, || self.run(engine, &mut plan))
-                .unwrap_or_else(|e| Err(publish_error(id, e))),
-            // Every change is a no-op: nothing to write, nothing to record.
-            _ => Ok(()),
-        };
-        self.stats.nsecs = clock::now().saturating_sub(start);
-        self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
-
-        let mut sites = engine.sites.lock();
-        for e in self.entries.iter() {
-            // After a failed batch a site holds its new instruction if its record went out
-            // (see `recover`), its old one otherwise: keep the registry in step with the text.
-            let new = ran.is_ok() || holds(e.addr, &e.new);
-            if let Found::Site(i) = sites.find(e.addr) {
-                if let Some(site) = sites.get_mut(i) {
-                    if new {
-                        site.current = e.new;
+        let defect = debug::defect();
+        if defect != Defect::None {
+            pr_warn!("batch {id}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n");
+            #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+            {
+                // Each site's "other" instruction: the next site's new one.
+                let n = self.entries.len();
+                for i in 0..n {
+                    let next = self.entries.get((i + 1) % n).map(|e| e.insn);
+                    if let (Some(e), Some(next)) = (self.entries.get_mut(i), next) {
+                        e.wrong.other = next;
                     }
-                    site.batch = 0;
                 }
             }
         }
-        drop(sites);
+        // Keeps the CPU set stable for the syncs and the parked section; taken before
+        // `text_mutex`, as every in-kernel poker does.
+        let _hotplug = HotplugGuard::new();
+        let mut run = Run {
+            engine,
+            id,
+            entries: &self.entries,
+            stats: &mut self.stats,
+            recorded: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
+            held: None,
+        };
+        // Every change is in the table, parked ones included (no trap ever looks those up,
+        // but a racing batch with an overlapping site is refused before anything is written).
+        let published = engine
+            .table
+            .with_published(&self.entries, cpu::cond_resched, || run.plan(defect));
+        drop(run);
+        let ran = match published {
+            Ok(ran) => ran,
+            Err(PublishError::Full) => {
+                pr_err!(
+                    "batch {id}: refusing commit for now: {} batches are committing; retry\n",
+                    crate::pending::MAX_BATCHES
+                );
+                return Err(errno::too_many_batches());
+            }
+            Err(e) => {
+                pr_err!("batch {id}: pending table refused it: {e:?}\n");
+                return Err(match e {
+                    PublishError::Conflict => errno::busy(),
+                    PublishError::Duplicate => errno::duplicate(),
+                    _ => errno::inside_site(),
+                });
+            }
+        };
+        self.committed = true;
+        self.stats.nsecs = clock::now().saturating_sub(start);
+        self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        self.release_sites(engine, ran.is_ok());
         let t = &engine.stats.totals;
         if ran.is_ok() {
             t.batches.fetch_add(1, Ordering::Relaxed);
@@ -240,77 +264,158 @@ impl Batch {
         ran
     }
 
-    /// Runs the plan's steps between `Publish` and `Retire`, with the batch published.
-    fn run(&mut self, engine: &Engine, plan: &mut Plan<'_>) -> Result {
-        let mut recorded = KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?;
-        let mut held: Option<TextMutexGuard<'_>> = None;
-        for step in plan.by_ref() {
-            let done = match step {
-                Step::Retire => return Ok(()),
-                Step::Sync => {
-                    // Never hold text_mutex across a sync: other batches and the kernel's own
-                    // pokers get to write while this one waits for the IPI round.
-                    held = None;
-                    arch::sync_all();
-                    self.stats.syncs = self.stats.syncs.saturating_add(1);
-                    Ok(())
+    /// Gives the sites back to the registry, each with the instruction it holds now: the new
+    /// one after a successful commit; after a failed one, the new one where its record went
+    /// out (see `Run::recover`), the old one elsewhere.
+    fn release_sites(&self, engine: &Engine, ok: bool) {
+        let mut sites = engine.sites.lock();
+        for e in self.entries.iter() {
+            let new = ok || holds(e.addr, &e.change.new);
+            let Found::Site(i) = sites.find(e.addr) else {
+                // Batches pin their sites' modules, and unregistering refuses a site a batch
+                // owns: the site must still be there.
+                pr_err!(
+                    "batch {}: site {:#x} vanished from the registry\n",
+                    self.id,
+                    e.addr
+                );
+                continue;
+            };
+            if let Ok(site) = sites.get_mut(i) {
+                if new {
+                    site.current = e.change.new;
                 }
-                Step::Emit(i) => {
-                    self.emit(engine, i);
-                    if let Some(r) = recorded.get_mut(i) {
-                        *r = true;
+                site.batch = 0;
+            }
+        }
+    }
+}
+
+/// One commit in progress: the batch's changes and what it has done so far.
+struct Run<'a> {
+    engine: &'a Engine,
+    id: u64,
+    entries: &'a [Entry],
+    stats: &'a mut BatchStats,
+    /// Per change, whether its record went out.
+    recorded: KVec<bool>,
+    /// `text_mutex`, while this commit writes.
+    held: Option<TextMutexGuard<'a>>,
+}
+
+impl<'a> Run<'a> {
+    /// Change `i`, or `EINVAL` with a log line: the plan only names changes of its batch.
+    fn entry(&self, i: usize) -> Result<&'a Entry> {
+        self.entries.get(i).ok_or_else(|| {
+            pr_err!(
+                "batch {}: plan named change {i} of {}\n",
+                self.id,
+                self.entries.len()
+            );
+            EINVAL
+        })
+    }
+
+    /// Runs the plan's steps, with the batch published in the pending table.
+    ///
+    /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
+    fn plan(&mut self, defect: Defect) -> Result {
+        let entries = self.entries;
+        let mut plan = Plan::with_protocol(This::PLAN, defect.protocol(), entries);
+        // The one change a step-skipping defect hits: the first guarded one.
+        let victim = entries.iter().position(|e| !e.change.parked);
+        while let Some(step) = plan.next() {
+            let skipped = match (defect, step) {
+                (
+                    Defect::SkipFinalWrite,
+                    Step::WriteGuard(i) | Step::WriteTail(i) | Step::WriteHead(i),
+                ) => Some(i) == victim,
+                (Defect::DropRecord, Step::Emit(i)) => Some(i) == victim,
+                _ => false,
+            };
+            if skipped {
+                continue;
+            }
+            let step = match (defect, step) {
+                (Defect::WrongOldBytes, Step::Emit(i)) if Some(i) == victim => {
+                    self.emit(i, Emit::WrongOld)?;
+                    continue;
+                }
+                _ => step,
+            };
+            let done = match step {
+                // The batch is published around the whole run (see `Batch::commit`).
+                Step::Publish => Ok(()),
+                Step::Retire => {
+                    // Guards that stood at these sites are now replaced for good: a stale one
+                    // executed later (an emulator's stale translation) may be resumed.
+                    for e in entries.iter().filter(|e| !e.change.parked) {
+                        self.engine.replaced.record(e.addr);
                     }
                     Ok(())
                 }
-                Step::WriteGuard(i) => self.write(engine, &mut held, i, 0, arch::GUARD),
+                Step::Park => self.parked(&mut plan),
+                Step::Unpark => {
+                    pr_err!("batch {}: unpark without park\n", self.id);
+                    Err(EINVAL)
+                }
+                Step::Sync => {
+                    // Never hold text_mutex across a sync: other batches and the kernel's own
+                    // pokers get to write while this one waits for the IPI round.
+                    self.held = None;
+                    This::sync_all();
+                    self.stats.syncs = self.stats.syncs.saturating_add(1);
+                    Ok(())
+                }
+                Step::Emit(i) => self.emit(i, Emit::Change),
+                Step::EmitBefore(i) => self.emit(i, Emit::Before),
+                Step::EmitAfter(i) => self.emit(i, Emit::Change),
+                Step::WriteGuard(i) => self.write(i, 0, <This as Arch>::GUARD),
                 Step::WriteTail(i) => {
-                    let tail = self.entries.get(i).map(|e| e.new);
-                    let tail = tail.as_ref().map_or(&[][..], |n| n.tail());
-                    self.write(engine, &mut held, i, 1, tail)
+                    let new = self.entry(i)?.change.new;
+                    self.write(i, 1, new.tail())
                 }
                 Step::WriteHead(i) => {
-                    let new = self.entries.get(i).map(|e| e.new);
+                    let new = self.entry(i)?.change.new;
                     let head = new
-                        .as_ref()
-                        .and_then(|n| n.as_slice().get(..arch::HEAD_LEN));
-                    self.write(engine, &mut held, i, 0, head.unwrap_or(&[]))
+                        .as_slice()
+                        .get(..<This as Arch>::HEAD_LEN)
+                        .ok_or(EINVAL)?;
+                    self.write(i, 0, head)
                 }
                 Step::WriteWhole(i) => {
-                    let new = self.entries.get(i).map(|e| e.new);
-                    self.write(
-                        engine,
-                        &mut held,
-                        i,
-                        0,
-                        new.as_ref().map_or(&[][..], |n| n.as_slice()),
-                    )
+                    let new = self.entry(i)?.change.new;
+                    let written = self.write(i, 0, new.as_slice());
+                    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+                    if defect != Defect::None {
+                        // An unguarded write is caught when another CPU runs the new
+                        // instruction before its record: give the other CPUs the time to.
+                        // SAFETY: Process context, nothing atomic held.
+                        unsafe { kernel::bindings::msleep(1) };
+                    }
+                    written
                 }
-                Step::Publish => Err(EINVAL),
             };
             if let Err(e) = done {
-                drop(held);
-                self.recover(engine, &recorded);
+                self.held = None;
+                self.recover();
                 return Err(e);
             }
         }
+        self.held = None;
         Ok(())
     }
 
     /// Writes `bytes` at offset `offset` of change `i`'s site, taking `text_mutex` if needed.
-    fn write<'a>(
-        &mut self,
-        engine: &'a Engine,
-        held: &mut Option<TextMutexGuard<'a>>,
-        i: usize,
-        offset: u64,
-        bytes: &[u8],
-    ) -> Result {
-        let e = self.entries.get(i).ok_or(EINVAL)?;
+    fn write(&mut self, i: usize, offset: u64, bytes: &[u8]) -> Result {
+        let e = self.entry(i)?;
         if bytes.is_empty() {
+            pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
             return Err(EINVAL);
         }
-        let lock = held.get_or_insert_with(|| engine.series.lock_text());
-        arch::write(&engine.series, lock, e.addr.wrapping_add(offset), bytes)?;
+        let series = &self.engine.series;
+        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
         if self.stats.writes % 64 == 0 {
             // A big batch on a slow machine writes for a long time; let others run, as upstream
@@ -322,31 +427,104 @@ impl Batch {
         Ok(())
     }
 
-    /// Emits change `i`'s `PERF_RECORD_TEXT_POKE` and logs it.
-    fn emit(&mut self, engine: &Engine, i: usize) {
-        let Some(e) = self.entries.get(i) else {
-            return;
-        };
-        let (old, new) = (e.old.as_slice(), e.new.as_slice());
+    /// Emits change `i`'s `PERF_RECORD_TEXT_POKE` and logs it, under `text_mutex` as upstream
+    /// emits its own, so that the record stream is serialized with the kernel's own pokers.
+    fn emit(&mut self, i: usize, what: Emit) -> Result {
+        let e = self.entry(i)?;
+        let series = &self.engine.series;
+        self.held.get_or_insert_with(|| series.common.lock_text());
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
             // one CPU so the log names the right one.
             let _pinned = NoPreempt::new();
-            // SAFETY: `old` and `new` are valid for their lengths; the function copies them into
-            // the ring buffers of interested events and keeps no reference.
-            unsafe {
-                (engine.series.perf_event_text_poke)(
-                    e.addr as usize as *const c_void,
-                    old.as_ptr().cast::<c_void>(),
-                    old.len(),
-                    new.as_ptr().cast::<c_void>(),
-                    new.len(),
-                )
-            };
+            text_poke_record(self.engine, e, what);
             (cpu::current(), clock::now())
         };
-        engine.log.append(e.addr, old, new, time, cpu);
+        self.logged(e, what, time, cpu);
+        if let Some(r) = self.recorded.get_mut(i) {
+            *r = what != Emit::Before;
+        }
+        Ok(())
+    }
+
+    /// Appends a record that went out to the engine's log, and counts it.
+    fn logged(&mut self, e: &Entry, what: Emit, time: u64, cpu: usize) {
+        let (old, new) = what.bytes(e);
+        self.engine.log.append(e.addr, old, new, time, cpu);
         self.stats.records = self.stats.records.saturating_add(1);
+    }
+
+    /// Runs the parked section that `Step::Park` opened, up to its `Step::Unpark`, with every
+    /// other online CPU stopped (see `plan.rs`).
+    fn parked(&mut self, plan: &mut Plan<'_, Entry>) -> Result {
+        let mut steps = KVec::new();
+        for step in plan.by_ref() {
+            match step {
+                Step::Unpark => break,
+                Step::WriteWhole(_) | Step::Emit(_) => steps.push(step, GFP_KERNEL)?,
+                other => {
+                    pr_err!("batch {}: {other:?} planned in a parked section\n", self.id);
+                    return Err(EINVAL);
+                }
+            }
+        }
+        let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;
+        emitted.extend_with(steps.len(), (0u64, 0usize), GFP_KERNEL)?;
+        let series = &self.engine.series;
+        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        let (ret, done, error) = {
+            let section = Parked {
+                engine: self.engine,
+                entries: self.entries,
+                steps: &steps,
+                held,
+                emitted: emitted.as_mut_ptr(),
+                cpus: cpu::online().count(),
+                arrived: AtomicUsize::new(0),
+                done: AtomicUsize::new(0),
+                error: AtomicI32::new(0),
+            };
+            // SAFETY: `parked_section` matches `cpu_stop_fn_t` and upholds its contract for the
+            // `Parked` it is given; `section` (and `emitted`, which covers `steps`) outlives the
+            // call, which returns only once every CPU has left the callback; the commit holds the
+            // CPU-hotplug read lock (`Batch::commit`), as the function requires.
+            let ret = unsafe {
+                (series.common.stop_machine_cpuslocked)(
+                    Some(parked_section),
+                    (&raw const section).cast_mut().cast::<c_void>(),
+                    &raw const kernel::bindings::__cpu_online_mask,
+                )
+            };
+            (
+                ret,
+                section.done.load(Ordering::Acquire),
+                section.error.load(Ordering::Relaxed),
+            )
+        };
+        self.stats.syncs = self.stats.syncs.saturating_add(1);
+        // What the master CPU did, step by step, as the log and the counters must show it.
+        for (k, step) in steps.iter().take(done).enumerate() {
+            match *step {
+                Step::WriteWhole(_) => self.stats.writes = self.stats.writes.saturating_add(1),
+                Step::Emit(i) => {
+                    let e = self.entry(i)?;
+                    let (time, cpu) = emitted.get(k).copied().unwrap_or((0, 0));
+                    self.logged(e, Emit::Change, time, cpu);
+                    if let Some(r) = self.recorded.get_mut(i) {
+                        *r = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if error != 0 || ret != 0 {
+            pr_err!(
+                "batch {}: parked section failed ({error}, {ret})\n",
+                self.id
+            );
+            return Err(Error::from_errno(if error != 0 { error } else { ret }));
+        }
+        Ok(())
     }
 
     /// Brings every site out of its guard after a failed write, so the batch can retire.
@@ -354,39 +532,142 @@ impl Batch {
     /// A guarded site gets its new instruction if its record was emitted (the tail, on x86,
     /// is already new then) and its old one otherwise, so the text matches the record stream.
     /// Then one sync, so no CPU still executes a guard.
-    fn recover(&mut self, engine: &Engine, recorded: &[bool]) {
+    fn recover(&mut self) {
         pr_err!("batch {}: write failed; restoring guarded sites\n", self.id);
-        let mut held = None;
         for i in 0..self.entries.len() {
-            let Some(e) = self.entries.get(i) else {
+            let Ok(e) = self.entry(i) else {
                 break;
             };
             let mut now = [0u8; MAX_INSN_LEN];
-            let Some(now) = now.get_mut(..e.old.len()) else {
+            let Some(now) = now.get_mut(..e.change.old.len()) else {
                 continue;
             };
-            if kernel_text::read(e.addr, now).is_err() || !arch::is_guard(now) {
+            if kernel_text::read(e.addr, now).is_err() || !This::is_guard(now) {
                 continue;
             }
-            let (addr, target) = (
-                e.addr,
-                if recorded.get(i).copied().unwrap_or(false) {
-                    e.new
-                } else {
-                    e.old
-                },
-            );
-            if self
-                .write(engine, &mut held, i, 0, target.as_slice())
-                .is_err()
-            {
-                pr_err!("site {:#x} is stuck on its guard\n", addr);
+            let recorded = self.recorded.get(i).copied().unwrap_or(false);
+            let target = if recorded { e.change.new } else { e.change.old };
+            if self.write(i, 0, target.as_slice()).is_err() {
+                pr_err!(
+                    "batch {}: site {:#x} is stuck on its guard\n",
+                    self.id,
+                    e.addr
+                );
             }
         }
-        drop(held);
-        arch::sync_all();
+        self.held = None;
+        This::sync_all();
         self.stats.syncs = self.stats.syncs.saturating_add(1);
     }
+}
+
+/// Which record a step emits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Emit {
+    /// The change itself: old and new instruction.
+    Change,
+    /// `Protocol::BeforeAfter`'s announcement: the old instruction as both.
+    Before,
+    /// [`Defect::WrongOldBytes`]: the new instruction as both, so the old bytes are wrong.
+    WrongOld,
+}
+
+impl Emit {
+    fn bytes(self, e: &Entry) -> (&[u8], &[u8]) {
+        match self {
+            Self::Change => (e.change.old.as_slice(), e.change.new.as_slice()),
+            Self::Before => (e.change.old.as_slice(), e.change.old.as_slice()),
+            Self::WrongOld => (e.change.new.as_slice(), e.change.new.as_slice()),
+        }
+    }
+}
+
+/// Calls `perf_event_text_poke()` for `e`.
+fn text_poke_record(engine: &Engine, e: &Entry, what: Emit) {
+    let (old, new) = what.bytes(e);
+    // SAFETY: `old` and `new` are valid for their lengths; the function copies them into the
+    // ring buffers of interested events and keeps no reference.
+    unsafe {
+        (engine.series.common.perf_event_text_poke)(
+            e.addr as usize as *const c_void,
+            old.as_ptr().cast::<c_void>(),
+            old.len(),
+            new.as_ptr().cast::<c_void>(),
+            new.len(),
+        )
+    };
+}
+
+/// What the CPUs of a parked section share.
+struct Parked<'a> {
+    engine: &'a Engine,
+    entries: &'a [Entry],
+    steps: &'a [Step],
+    /// `text_mutex`, held by the committing task, which waits in `stop_machine` meanwhile.
+    held: &'a TextMutexGuard<'a>,
+    /// Per step, when and where the master emitted its record.
+    emitted: *mut (u64, usize),
+    /// Online CPUs (stable: the hotplug lock is held).
+    cpus: usize,
+    /// CPUs that entered the callback, plus one once the master is done.
+    arrived: AtomicUsize,
+    /// Steps the master completed.
+    done: AtomicUsize,
+    /// The master's errno, or 0.
+    error: AtomicI32,
+}
+
+/// The `stop_machine` callback, run on every online CPU with interrupts off: the last CPU to
+/// arrive runs the section's steps while the others spin; then each of the others refetches
+/// (`Arch::sync_local`), as upstream `aarch64_insn_patch_text_cb()` does, before it resumes.
+///
+/// # Safety
+///
+/// `data` must point to a live [`Parked`] whose `emitted` is valid for `steps.len()` elements.
+unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
+    // SAFETY: Guaranteed by the caller.
+    let p = unsafe { &*data.cast::<Parked<'_>>() };
+    if p.arrived.fetch_add(1, Ordering::SeqCst).wrapping_add(1) != p.cpus {
+        while p.arrived.load(Ordering::Acquire) <= p.cpus {
+            cpu::relax();
+        }
+        This::sync_local();
+        return 0;
+    }
+    for (k, step) in p.steps.iter().enumerate() {
+        let Some(e) = (match *step {
+            Step::WriteWhole(i) | Step::Emit(i) => p.entries.get(i),
+            _ => None,
+        }) else {
+            p.error
+                .store(-(kernel::bindings::EINVAL as i32), Ordering::Relaxed);
+            break;
+        };
+        match *step {
+            Step::WriteWhole(_) => {
+                if let Err(err) = This::write(
+                    &p.engine.series.arch,
+                    p.held,
+                    e.addr,
+                    e.change.new.as_slice(),
+                ) {
+                    p.error.store(err.to_errno(), Ordering::Relaxed);
+                    break;
+                }
+            }
+            _ => {
+                text_poke_record(p.engine, e, Emit::Change);
+                // SAFETY: `k` is below `steps.len()`, which `emitted` covers (caller), and
+                // only this CPU writes it while the others spin.
+                unsafe { p.emitted.add(k).write((clock::now(), cpu::current())) };
+            }
+        }
+        p.done.store(k.wrapping_add(1), Ordering::Release);
+    }
+    This::sync_local();
+    // Releases the other CPUs.
+    p.arrived.fetch_add(1, Ordering::Release);
+    0
 }
 
 /// Whether the text at `addr` is `insn` now.
@@ -396,34 +677,23 @@ fn holds(addr: u64, insn: &InsnBytes) -> bool {
         .is_some_and(|now| kernel_text::read(addr, now).is_ok() && *now == *insn.as_slice())
 }
 
-/// The errno and log line for a batch the pending table refused.
-fn publish_error(id: u64, e: PublishError) -> Error {
-    pr_err!("batch {id}: pending table refused it: {e:?}\n");
-    match e {
-        PublishError::Full => errno::too_many_batches(),
-        PublishError::Conflict => errno::busy(),
-        PublishError::Empty => errno::empty(),
-        PublishError::Duplicate => errno::duplicate(),
-        PublishError::Unsorted | PublishError::Overlap => errno::inside_site(),
-    }
-}
-
 impl Drop for Batch {
     fn drop(&mut self) {
         if self.committed || self.entries.is_empty() {
             return;
         }
         // Give back the sites this uncommitted batch claimed.
-        let Some(engine) = crate::engine::get() else {
-            return;
-        };
-        let mut sites = engine.sites.lock();
-        for e in self.entries.iter() {
-            if let Found::Site(i) = sites.find(e.addr) {
-                if let Some(site) = sites.get_mut(i).filter(|s| s.batch == self.id) {
-                    site.batch = 0;
+        crate::engine::with(|engine| {
+            let mut sites = engine.sites.lock();
+            for e in self.entries.iter() {
+                if let Found::Site(i) = sites.find(e.addr) {
+                    if let Ok(site) = sites.get_mut(i) {
+                        if site.batch == self.id {
+                            site.batch = 0;
+                        }
+                    }
                 }
             }
-        }
+        });
     }
 }

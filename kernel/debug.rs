@@ -1,28 +1,83 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The debug module parameter that deliberately breaks the protocol.
+//! The seeded defects of debug builds: what `textpoke.debug_protocol` selects.
 //!
-//! `textpoke.debug_protocol` (kernel/exports.c) exists so that the guest's ordering checker can
-//! be shown to catch a broken engine under the same load that the correct one passes. It is
-//! writable only by root, read once per batch, and every batch that uses it logs so.
+//! They exist so that each of the guest's checks can be shown to catch the defect it claims to
+//! cover, under the same load the correct engine passes. Only a module built with
+//! `CONFIG_TEXTPOKE_DEBUG_PROTOCOL` (Kconfig, default `n`) has the parameter at all; a
+//! production build always runs the guarded protocol. Setting it is root-only, refused under
+//! lockdown and taints the kernel (kernel/exports.c); it is read once per batch, and every
+//! batch that uses it logs so.
 
 use crate::plan::Protocol;
-use kernel::ffi::c_int;
 
-extern "C" {
-    /// Defined and registered as a module parameter in kernel/exports.c.
-    static textpoke_debug_protocol: c_int;
+/// What a batch does differently from the guarded protocol.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(
+    not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL),
+    expect(dead_code, reason = "a production build selects no defect")
+)]
+pub(crate) enum Defect {
+    /// None: the guarded protocol.
+    None,
+    /// A deliberately broken plan (`plan::Protocol`).
+    Plan(Protocol),
+    /// The trap handler emulates the site's old instruction instead of its new one.
+    EmulateOld,
+    /// The trap handler emulates another site's new instruction.
+    EmulateOther,
+    /// One site's final write is skipped, its record kept.
+    SkipFinalWrite,
+    /// One site's record is not emitted.
+    DropRecord,
+    /// One site's record carries wrong old bytes.
+    WrongOldBytes,
+    /// The trap handler claims every trap at its guard instruction, textpoke's or not, and
+    /// resumes after it: someone else's trap is swallowed.
+    SwallowForeign,
+    /// Registration skips the check that no other in-kernel patcher owns the site's text.
+    IgnoreOtherPatchers,
 }
 
-/// The protocol the next batch follows.
-pub(crate) fn protocol() -> Protocol {
-    // SAFETY: An `int` module parameter; sysfs may write it at any time, so read it once and
-    // without assuming it stays the same.
-    let value = unsafe { core::ptr::read_volatile(&raw const textpoke_debug_protocol) };
-    match value {
-        1 => Protocol::RecordBeforeGuardSync,
-        2 => Protocol::HeadBeforeTailSync,
-        3 => Protocol::UnguardedNosync,
-        _ => Protocol::Guarded,
+impl Defect {
+    /// The protocol the plan follows.
+    pub(crate) fn protocol(self) -> Protocol {
+        match self {
+            Self::Plan(p) => p,
+            _ => Protocol::Guarded,
+        }
     }
+}
+
+#[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+extern "C" {
+    /// Defined and registered as a module parameter in kernel/exports.c (debug builds only).
+    static textpoke_debug_protocol: kernel::ffi::c_int;
+}
+
+/// The defect the next batch (or trap) has: always [`Defect::None`] in a production build.
+#[inline(always)]
+pub(crate) fn defect() -> Defect {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        // SAFETY: An `int` module parameter; sysfs may write it at any time, so read it once
+        // and without assuming it stays the same.
+        let value = unsafe { core::ptr::read_volatile(&raw const textpoke_debug_protocol) };
+        match value {
+            1 => Defect::Plan(Protocol::RecordBeforeGuardSync),
+            2 => Defect::Plan(Protocol::HeadBeforeTailSync),
+            3 => Defect::Plan(Protocol::UnguardedNosync),
+            4 => Defect::Plan(Protocol::BeforeAfter),
+            5 => Defect::EmulateOld,
+            6 => Defect::EmulateOther,
+            7 => Defect::SkipFinalWrite,
+            8 => Defect::DropRecord,
+            9 => Defect::WrongOldBytes,
+            10 => Defect::SwallowForeign,
+            11 => Defect::IgnoreOtherPatchers,
+            _ => Defect::None,
+        }
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    Defect::None
 }

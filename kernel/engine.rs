@@ -2,48 +2,118 @@
 
 //! The engine's state, and the one pointer through which the trap hooks and the C API reach it.
 
-use crate::arch;
+use crate::arch::{self, Arch, This};
 use crate::cpu;
 use crate::module_text::Module;
 use crate::pending::{CpuReaders, Pending, PendingTable};
+use crate::plan::Change;
 use crate::poke_log::PokeLog;
-use crate::series::Series;
+use crate::series::{Common, Resolver};
 use crate::sites::Sites;
 use crate::stats::Stats;
+use crate::trap::Replaced;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
-/// A pending-table entry: a site and the instruction its guard stands for.
-#[derive(Clone, Copy)]
-pub(crate) struct PendingInsn {
-    /// The site's first byte.
-    pub(crate) addr: u64,
-    /// The site's length.
-    pub(crate) len: u8,
-    /// The new instruction, decoded: what the trap handler emulates.
-    pub(crate) insn: arch::Insn,
+/// The patch series' exports: the common ones and this arch's.
+pub(crate) struct Series {
+    /// `perf_event_text_poke()` and `text_mutex`.
+    pub(crate) common: Common,
+    /// This arch's writes and trap-hook registration.
+    pub(crate) arch: <This as Arch>::Series,
 }
 
-impl Pending for PendingInsn {
+impl Series {
+    /// Resolves every export, or explains which are missing and fails with `ENOSYS`.
+    pub(crate) fn resolve() -> Result<Self> {
+        let mut r = Resolver::new();
+        let common = Common::resolve(&mut r);
+        let arch = This::resolve(&mut r);
+        r.finish()?;
+        match (common, arch) {
+            (Some(common), Some(arch)) => Ok(Self { common, arch }),
+            // `finish` fails whenever a lookup did, so this cannot be reached; refuse loudly
+            // all the same.
+            _ => {
+                pr_err!("patch series resolved incompletely\n");
+                Err(Error::from_errno(-(kernel::bindings::ENOSYS as i32)))
+            }
+        }
+    }
+}
+
+/// One change of a batch: the site, the new instruction as the trap handler emulates it, and
+/// the old and new bytes the plan and the record use. The pending table holds these.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry {
+    /// The site's first byte.
+    pub(crate) addr: u64,
+    /// The new instruction, accepted at `addr`.
+    pub(crate) insn: arch::Insn,
+    /// The site's old and new instruction, and whether the change is parked.
+    pub(crate) change: Change,
+    /// What the seeded trap defects emulate instead (debug builds only, see `debug.rs`).
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    pub(crate) wrong: Wrong,
+}
+
+/// The instructions the seeded trap defects emulate instead of the new one.
+#[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+#[derive(Clone, Copy)]
+pub(crate) struct Wrong {
+    /// The site's old instruction.
+    pub(crate) old: arch::Insn,
+    /// Another site's new instruction (this site's own until the batch is committed).
+    pub(crate) other: arch::Insn,
+}
+
+impl Entry {
+    /// The change of the site at `addr` to `insn` (accepted there), from `change.old`.
+    pub(crate) fn new(addr: u64, insn: arch::Insn, change: Change) -> Result<Self> {
+        Ok(Self {
+            addr,
+            insn,
+            change,
+            #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+            wrong: Wrong {
+                old: This::accept(addr, change.old.as_slice()).map_err(crate::errno::insn)?,
+                other: insn,
+            },
+        })
+    }
+}
+
+impl Pending for Entry {
     fn addr(&self) -> u64 {
         self.addr
     }
     fn size(&self) -> u64 {
-        u64::from(self.len)
+        self.change.new.len() as u64
+    }
+}
+
+impl AsRef<Change> for Entry {
+    fn as_ref(&self) -> &Change {
+        &self.change
     }
 }
 
 /// Everything the engine keeps.
+#[pin_data]
 pub(crate) struct Engine {
     /// The patch series' functions.
     pub(crate) series: Series,
     /// Registered sites.
-    pub(crate) sites: Pin<KBox<Mutex<Sites>>>,
+    #[pin]
+    pub(crate) sites: Mutex<Sites>,
     /// Pending instructions of the batches in flight.
-    pub(crate) table: PendingTable<PendingInsn, KVec<CpuReaders>>,
+    pub(crate) table: PendingTable<Entry, KVec<CpuReaders>>,
+    /// Sites whose guards were recently replaced (see `trap.rs`).
+    pub(crate) replaced: Replaced,
     /// Counters.
     pub(crate) stats: Stats,
     /// The records emitted so far.
+    #[pin]
     pub(crate) log: PokeLog,
     /// textpoke itself.
     pub(crate) module: Module,
@@ -52,21 +122,24 @@ pub(crate) struct Engine {
 
 impl Engine {
     /// A fresh engine for the textpoke module `module`.
-    pub(crate) fn new(series: Series, module: Module) -> Result<Self> {
+    pub(crate) fn new(series: Series, module: Module) -> Result<impl PinInit<Self, Error>> {
         let cpus = cpu::possible();
         let mut readers = KVec::with_capacity(cpus, GFP_KERNEL)?;
         for _ in 0..cpus {
             readers.push(CpuReaders::new(), GFP_KERNEL)?;
         }
-        Ok(Self {
+        let stats = Stats::new(cpus)?;
+        let replaced = Replaced::new()?;
+        Ok(try_pin_init!(Self {
             series,
-            sites: KBox::pin_init(new_mutex!(Sites::new(module), "textpoke:sites"), GFP_KERNEL)?,
+            sites <- new_mutex!(Sites::new(module), "textpoke:sites"),
             table: PendingTable::new(readers),
-            stats: Stats::new(cpus)?,
-            log: PokeLog::new()?,
+            replaced,
+            stats,
+            log <- PokeLog::new(),
             module,
             next_batch: AtomicU64::new(1),
-        })
+        }))
     }
 
     /// A new batch id (never 0, which marks a site no batch owns).
@@ -78,21 +151,22 @@ impl Engine {
 /// The published engine; null while the module is not (or no longer) ready.
 static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The engine, if published.
+/// Runs `f` with the engine, if it is published.
 ///
-/// The `'static` lifetime is justified by the teardown order in [`Published`]'s drop: the
-/// pointer is cleared only after the trap hook is unregistered and the debugfs files are
-/// removed, and while no other module can call the API (they depend on textpoke, so it cannot
-/// be unloaded before them) and no batch exists (each pins the module).
-#[inline]
-pub(crate) fn get() -> Option<&'static Engine> {
+/// The reference cannot outlive the call. That is what makes it sound: the engine is freed
+/// only by [`Published`]'s drop at unload, after the trap hook is unregistered and the debugfs
+/// files are removed, while no other module can be inside the API (they depend on textpoke, so
+/// it cannot be unloaded before them) and no batch exists (each pins the module).
+#[inline(always)]
+pub(crate) fn with<R>(f: impl FnOnce(&Engine) -> R) -> Option<R> {
     let ptr = ENGINE.load(Ordering::Acquire);
     // SAFETY: Non-null only between `Published::new` and `Published::drop`, during which the
-    // engine is alive (see above).
-    unsafe { ptr.as_ref() }
+    // engine is alive; see above for why no call of `f` can still be running at the drop.
+    let engine = unsafe { ptr.as_ref() }?;
+    Some(f(engine))
 }
 
-/// Owns the engine while it is reachable through [`get`].
+/// Owns the engine while it is reachable through [`with`].
 pub(crate) struct Published {
     engine: *mut Engine,
 }
@@ -105,8 +179,10 @@ unsafe impl Sync for Published {}
 
 impl Published {
     /// Publishes `engine`.
-    pub(crate) fn new(engine: KBox<Engine>) -> Self {
-        let engine = KBox::into_raw(engine);
+    pub(crate) fn new(engine: Pin<KBox<Engine>>) -> Self {
+        // SAFETY: The engine is never moved out of its allocation: it is dropped in place by
+        // `KBox::from_raw` in `drop`.
+        let engine = KBox::into_raw(unsafe { Pin::into_inner_unchecked(engine) });
         // Release: a trap hook or API caller that sees the pointer sees the engine initialized.
         ENGINE.store(engine, Ordering::Release);
         Self { engine }
@@ -122,7 +198,7 @@ impl Published {
 impl Drop for Published {
     fn drop(&mut self) {
         ENGINE.store(core::ptr::null_mut(), Ordering::Release);
-        // SAFETY: Created by `KBox::into_raw` in `new`; see `get` for why nobody uses it anymore.
+        // SAFETY: Created by `KBox::into_raw` in `new`; see `with` for why nobody uses it anymore.
         drop(unsafe { KBox::from_raw(self.engine) });
     }
 }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * What Rust cannot express in a 6.12 module: exporting the C API (implemented
- * in kernel/api.rs), the debug module parameter, and the kprobe blacklist
- * entries for the trap path.
+ * in kernel/api.rs), the layout checks of its types against the header, the
+ * debug module parameter (debug builds only), and the kprobe blacklist entry
+ * of the trap handler.
  */
 
+#include <linux/build_bug.h>
 #include <linux/kprobes.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/security.h>
+#include <linux/stddef.h>
 
 #include "textpoke.h"
 
@@ -22,22 +26,57 @@ EXPORT_SYMBOL_GPL(textpoke_batch_end);
 EXPORT_SYMBOL_GPL(textpoke_cpu_traps);
 
 /*
- * DEBUG ONLY: deliberately break the protocol, so that the guest's ordering
- * checker can be shown to catch a broken engine under the same load the
+ * The header's types as kernel/batch.rs and kernel/insn.rs mirror them: the
+ * same numbers are asserted there.
+ */
+static_assert(sizeof(struct textpoke_batch_stats) == 24);
+static_assert(offsetof(struct textpoke_batch_stats, nsecs) == 0);
+static_assert(offsetof(struct textpoke_batch_stats, sites) == 8);
+static_assert(offsetof(struct textpoke_batch_stats, syncs) == 12);
+static_assert(offsetof(struct textpoke_batch_stats, writes) == 16);
+static_assert(offsetof(struct textpoke_batch_stats, records) == 20);
+static_assert(TEXTPOKE_NOP == 0 && TEXTPOKE_JMP == 1 && TEXTPOKE_CALL == 2 &&
+	      TEXTPOKE_RET == 3 && TEXTPOKE_MOV_X9_X30 == 4);
+static_assert(TEXTPOKE_MAX_BATCH == 4096);
+
+/* The trap handler must never be probed: a kprobe there would recurse. */
+struct pt_regs;
+bool textpoke_trap(struct pt_regs *regs);
+NOKPROBE_SYMBOL(textpoke_trap);
+
+#ifdef CONFIG_TEXTPOKE_DEBUG_PROTOCOL
+/*
+ * DEBUG BUILDS ONLY: deliberately break the protocol, so that the guest's
+ * checks can be shown to catch a broken engine under the same load the
  * correct one passes. Read once per batch; every batch that uses it says so.
+ * Setting it taints the kernel, and is refused under lockdown.
  */
 int textpoke_debug_protocol;
-module_param_named(debug_protocol, textpoke_debug_protocol, int, 0600);
-MODULE_PARM_DESC(debug_protocol,
-		 "DEBUG ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes");
 
-/* The trap hooks must never be probed: a kprobe there would recurse. */
-#ifdef CONFIG_X86
-int textpoke_x86_int3_notify(struct notifier_block *nb, unsigned long val, void *data);
-NOKPROBE_SYMBOL(textpoke_x86_int3_notify);
-#endif
-#ifdef CONFIG_ARM64
-struct pt_regs;
-int textpoke_arm64_brk_hook(struct pt_regs *regs, unsigned long esr);
-NOKPROBE_SYMBOL(textpoke_arm64_brk_hook);
+static int textpoke_debug_protocol_set(const char *val, const struct kernel_param *kp)
+{
+	int ret = security_locked_down(LOCKDOWN_MODULE_PARAMETERS);
+
+	if (ret) {
+		pr_err("textpoke: refusing debug_protocol under lockdown\n");
+		return ret;
+	}
+	ret = param_set_int(val, kp);
+	if (ret)
+		return ret;
+	if (textpoke_debug_protocol) {
+		pr_warn("textpoke: debug_protocol=%d breaks the protocol on purpose; tainting the kernel\n",
+			textpoke_debug_protocol);
+		add_taint(TAINT_USER, LOCKDEP_STILL_OK);
+	}
+	return 0;
+}
+
+static const struct kernel_param_ops textpoke_debug_protocol_ops = {
+	.set = textpoke_debug_protocol_set,
+	.get = param_get_int,
+};
+module_param_cb(debug_protocol, &textpoke_debug_protocol_ops, &textpoke_debug_protocol, 0600);
+MODULE_PARM_DESC(debug_protocol,
+		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text");
 #endif

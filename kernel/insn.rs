@@ -65,6 +65,36 @@ impl InsnBytes {
     }
 }
 
+/// An instruction a caller of `textpoke_encode()` asks for by operation (`enum textpoke_op` in
+/// kernel/textpoke.h), which each arch maps to its own encoding.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Op {
+    /// x86 `NOP2`/`NOP5`, arm64 `NOP`.
+    Nop,
+    /// x86 `JMP rel8`/`JMP rel32`, arm64 `B`.
+    Jmp,
+    /// x86 `CALL rel32`, arm64 `BL`.
+    Call,
+    /// x86 `RET` (padded with `INT3`), arm64 `RET`.
+    Ret,
+    /// arm64 `MOV X9, X30` (ftrace's patchable-entry prologue).
+    MovX9X30,
+}
+
+impl Op {
+    /// The operation of `enum textpoke_op` value `op`.
+    pub const fn from_c(op: i32) -> Option<Self> {
+        Some(match op {
+            0 => Self::Nop,
+            1 => Self::Jmp,
+            2 => Self::Call,
+            3 => Self::Ret,
+            4 => Self::MovX9X30,
+            _ => return None,
+        })
+    }
+}
+
 /// Why an instruction cannot be encoded, decoded or emulated.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum InsnError {

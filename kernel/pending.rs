@@ -163,6 +163,8 @@ impl<E> Slot<E> {
     /// guard was written after it), and the slot cannot be reused while its guard can still be
     /// executed. A stale range of another batch is harmless: the registered search that follows
     /// decides.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     fn may_cover(&self, addr: u64) -> bool {
         addr >= self.lo.load(Ordering::Relaxed) && addr < self.hi.load(Ordering::Relaxed)
     }
@@ -176,6 +178,8 @@ impl<E: Pending> Slot<E> {
     /// The caller must have observed the slot `CHECKING` or `LIVE` (with acquire ordering) after
     /// registering itself in a count that the slot's retire waits for, and must not use the
     /// slice after dropping that count.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     unsafe fn entries(&self) -> &[E] {
         let ptr = self.entries.load(Ordering::Relaxed);
         let len = self.len.load(Ordering::Relaxed);
@@ -187,16 +191,19 @@ impl<E: Pending> Slot<E> {
         unsafe { core::slice::from_raw_parts(ptr, len) }
     }
 
-    /// Searches the slot for the entry of the site starting at `addr`.
+    /// Searches the slot for the entry of the site starting at `addr`, and returns what `read`
+    /// takes from it.
     ///
     /// # Safety
     ///
     /// As for [`Slot::entries`].
-    unsafe fn find(&self, addr: u64) -> Option<E> {
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    unsafe fn find<R>(&self, addr: u64, read: &impl Fn(&E) -> R) -> Option<R> {
         // SAFETY: Forwarded from the caller.
         let entries = unsafe { self.entries() };
         let i = entries.binary_search_by(|e| e.addr().cmp(&addr)).ok()?;
-        entries.get(i).copied()
+        entries.get(i).map(read)
     }
 }
 
@@ -270,13 +277,25 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         }
     }
 
-    /// Looks up the instruction pending for the site starting at `addr`.
+    /// Looks up the instruction pending for the site starting at `addr`: a copy of its entry.
+    ///
+    /// See [`PendingTable::lookup_with`].
+    pub fn lookup(&self, cpu: usize, addr: u64) -> Option<E> {
+        self.lookup_with(cpu, addr, |e| *e)
+    }
+
+    /// Looks up the instruction pending for the site starting at `addr`, and returns what
+    /// `read` takes from its entry (the trap handler copies only what it needs: a whole entry
+    /// may be big enough for the compiler to copy it with a call to `memcpy`, which the trap
+    /// path may not make).
     ///
     /// Called from the trap handler on CPU `cpu`, which must stay on that CPU for the call
     /// (interrupts are masked in trap context). Wait-free; touches only shared read-mostly slot
     /// fields and `cpu`'s own counters. Returns `None` if no batch in flight has a site there
     /// (the trap is someone else's) or if `cpu` is out of range.
-    pub fn lookup(&self, cpu: usize, addr: u64) -> Option<E> {
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn lookup_with<R>(&self, cpu: usize, addr: u64, read: impl Fn(&E) -> R) -> Option<R> {
         let counts = &self.readers.get(cpu)?.count;
         for (slot, count) in self.slots.iter().zip(counts.iter()) {
             if slot.state.load(Ordering::Acquire) != LIVE || !slot.may_cover(addr) {
@@ -288,7 +307,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
             let found = if slot.state.load(Ordering::Acquire) == LIVE {
                 // SAFETY: We saw `LIVE` after registering in `count`, which the slot's retire
                 // waits for, and we deregister below.
-                unsafe { slot.find(addr) }
+                unsafe { slot.find(addr, &read) }
             } else {
                 None
             };

@@ -1,15 +1,56 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The step planner: the exact order of writes, syncs and perf records for a guarded batch.
+//! The step planner: the exact order of writes, syncs and perf records for a batch.
 //!
 //! The engine executes these steps verbatim with real primitives, and the host model
 //! (`textpoke-core`'s `model`) executes the same steps against simulated CPUs with stale
 //! instruction views, so what is proven on the host is what runs in the kernel.
 //!
-//! For a batch of changes the plan is:
+//! A batch has up to two sections, in this order: a parked section for the changes marked
+//! parked (see [`Change::parked()`]), and a guarded section for every other change. A change whose
+//! old and new instruction are equal is not a change: it gets no write, no guard and no record,
+//! and does not open a section. A batch without parked changes has no parked section and plans
+//! exactly the guarded section; a batch whose changes are all parked has no guarded section (no
+//! [`Step::Publish`], no [`Step::Retire`]).
+//!
+//! # The parked section
+//!
+//! Some changes must not be made while another CPU may execute the site, guard or no guard. The
+//! arch layer marks them (`parked: true`). On arm64 the Arm ARM allows an instruction to be
+//! replaced while another CPU may execute it only when the old and the new instruction are both
+//! among `B`, `BL`, `BRK`, `NOP`, `SVC`, `HVC`, `SMC` and `ISB`, so a change from or to anything
+//! else (`RET`, `MOV X9, X30`) is parked: writing a `BRK` guard over a `RET`, or a `RET` over the
+//! guard, is itself outside that rule. x86 parks nothing today. When the batch has parked changes
+//! that are not no-ops, the plan starts with:
+//!
+//! 1. [`Step::Park`]: `stop_machine()`. Every step up to [`Step::Unpark`] runs inside its callback
+//!    on one CPU, while every other CPU spins in the stopper with interrupts masked. The callback
+//!    starts only once every CPU has arrived there.
+//! 2. For every parked change, [`Step::WriteWhole`] (the whole new instruction over the old one,
+//!    with its cache maintenance), then its [`Step::Emit`]: one `PERF_RECORD_TEXT_POKE`, old and
+//!    new instruction, exactly as in the guarded section.
+//! 3. [`Step::Unpark`]: the callback returns; no CPU leaves the stopper before it has. Every other
+//!    CPU context-synchronizes (arm64: `ISB`) before it leaves, and the poking CPU has done so
+//!    after its cache maintenance.
+//!
+//! Nobody executes a parked site between 1 and 3: the other CPUs run only the stopper's loop and
+//! take no interrupt, and the poking CPU runs only the callback (sites never lie in the engine's
+//! own text). So the writes are not concurrent with any execution, whatever the instructions, and
+//! the record is unambiguous without a guard: every execution of the site by any CPU either
+//! happened before that CPU was parked, when memory held only the old instruction, so it ran the
+//! old one, before the record; or happens after that CPU's context synchronization at step 3,
+//! which follows the write and its cache maintenance, so it runs the new one, after the record.
+//! No execution traps and none falls between the two. As for upstream's `stop_machine()`
+//! patching, code that NMIs (x86 NMIs, arm64 pseudo-NMIs) can reach is out of scope:
+//! `stop_machine()` does not stop them.
+//!
+//! # The guarded section
+//!
+//! For the changes that are not parked (all of them, in a batch without parked changes), the plan
+//! continues with:
 //!
 //! 1. [`Step::Publish`]: make every site's new instruction findable by the trap handler. It
-//!    must come first: a guard nobody can resolve kills the CPU that hits it.
+//!    must come before any guard: a guard nobody can resolve kills the CPU that hits it.
 //! 2. [`Step::WriteGuard`] for every site, then [`Step::Sync`]. After this sync no CPU can
 //!    execute the old instruction of any site: its instruction stream either shows the guard
 //!    (and it traps) or, later, the new instruction. This is what makes the record's timestamp
@@ -29,12 +70,13 @@
 //! Syncs are skipped only where nothing they would order was written (upstream
 //! `text_poke_bp_batch` does the same): the middle sync when no tail changed (single-byte
 //! instructions, or identical tails), the last one when no head was written (the new instruction
-//! is itself `INT3`). A change whose old and new instruction are equal is not a change: it gets
-//! no guard, no record and no write.
+//! is itself `INT3`).
 //!
-//! [`Protocol`] also describes deliberately broken protocols. They are negative controls: the
-//! host model must catch each of them, and the kernel module runs them only when its debug
-//! parameter asks for it, to show that the guest's ordering checker catches them too.
+//! [`Protocol`] also describes deliberately weak or broken protocols. They are negative controls:
+//! the host model must catch each of them, and the kernel module runs them only when its debug
+//! parameter asks for it, to show that the guest's ordering checker catches them too. A protocol
+//! only decides the section of the changes that are not parked: the parked section above is the
+//! same under every protocol and on every arch.
 
 #![deny(
     clippy::arithmetic_side_effects,
@@ -65,9 +107,38 @@ pub struct Change {
     pub old: InsnBytes,
     /// The instruction to install.
     pub new: InsnBytes,
+    /// Whether the change must be made while every other CPU is parked (the parked section of
+    /// the module documentation) rather than under a guard. The arch layer decides: on arm64,
+    /// when the old or the new instruction is outside the set that may be modified concurrently
+    /// with its execution.
+    pub parked: bool,
+}
+
+impl AsRef<Change> for Change {
+    fn as_ref(&self) -> &Change {
+        self
+    }
 }
 
 impl Change {
+    /// A change made under a guard, while other CPUs run.
+    pub const fn new(old: InsnBytes, new: InsnBytes) -> Self {
+        Self {
+            old,
+            new,
+            parked: false,
+        }
+    }
+
+    /// A change made while every other CPU is parked (`parked: true`).
+    pub const fn parked(old: InsnBytes, new: InsnBytes) -> Self {
+        Self {
+            old,
+            new,
+            parked: true,
+        }
+    }
+
     fn is_noop(&self) -> bool {
         self.old == self.new
     }
@@ -87,11 +158,29 @@ pub enum Protocol {
     /// Broken on purpose: upstream arm64's "nosync" patching plus a record. Each site gets its
     /// whole new instruction written directly, then its record; one sync at the end.
     UnguardedNosync,
+    /// Weak on purpose: seed 001's pair of records around an unguarded change. Between
+    /// [`Step::Publish`] and [`Step::Retire`], like every protocol's section: per site a BEFORE
+    /// record ([`Step::EmitBefore`]) then the whole new instruction ([`Step::WriteWhole`]); one
+    /// sync; then per site an AFTER record ([`Step::EmitAfter`]).
+    ///
+    /// Its records never lie about order: no CPU can run the new instruction before the site's
+    /// BEFORE (it is not in memory yet), nor the old one after its AFTER (the sync precedes it).
+    /// But between the two a CPU may run either, and nothing in the records says which: the host
+    /// model counts those executions as ambiguous, where the single-record protocols leave none.
+    /// Like [`Protocol::UnguardedNosync`] it writes without a guard, so on x86 a CPU can also see
+    /// the new instruction torn.
+    BeforeAfter,
 }
 
 /// One step of a plan; `usize` fields index the batch's changes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Step {
+    /// Start the parked section: `stop_machine()`. Every step up to [`Step::Unpark`] runs in its
+    /// callback, on one CPU, while every other CPU spins with interrupts masked.
+    Park,
+    /// End the parked section: the callback returns, and every other CPU context-synchronizes
+    /// (arm64: `ISB`) before it resumes.
+    Unpark,
     /// Insert the batch into the pending-instruction table.
     Publish,
     /// Replace the site's instruction (x86: its first byte) with the guard.
@@ -104,17 +193,30 @@ pub enum Step {
     Emit(usize),
     /// Replace the guard with the new instruction (x86: its first byte; arm64: all of it).
     WriteHead(usize),
-    /// Write the whole new instruction over the old one, unguarded (only
-    /// [`Protocol::UnguardedNosync`] does this).
+    /// Write the whole new instruction over the old one, unguarded: in the parked section, where
+    /// nobody executes the site, or in [`Protocol::UnguardedNosync`] and
+    /// [`Protocol::BeforeAfter`], which do it while other CPUs run.
     WriteWhole(usize),
+    /// [`Protocol::BeforeAfter`]'s BEFORE record: the site is about to change (the kernel emits a
+    /// `PERF_RECORD_TEXT_POKE` whose old and new bytes are both the old instruction).
+    EmitBefore(usize),
+    /// [`Protocol::BeforeAfter`]'s AFTER record: the site's change is complete (a
+    /// `PERF_RECORD_TEXT_POKE` with the old and the new instruction).
+    EmitAfter(usize),
     /// Remove the batch from the pending-instruction table.
     Retire,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
+    Park,
+    Parked,
+    Unpark,
     Publish,
     Unguarded,
+    Announced,
+    AfterSync,
+    AfterRecords,
     Guards,
     GuardSync,
     TailsAndRecords,
@@ -126,48 +228,57 @@ enum Phase {
 }
 
 /// The steps of one batch, in order, computed lazily without allocating.
+///
+/// The batch is any slice of items that are (or hold) a [`Change`], so that a caller can keep
+/// each change with whatever else it knows about the site.
 #[derive(Clone, Debug)]
-pub struct Plan<'a> {
+pub struct Plan<'a, C = Change> {
     arch: Arch,
     protocol: Protocol,
-    changes: &'a [Change],
+    changes: &'a [C],
     phase: Phase,
     /// Next change to consider in the current phase.
     next: usize,
-    /// In `TailsAndRecords` (x86), whether the current change's record is still due.
+    /// In `TailsAndRecords` (x86), `Parked` and `Unguarded`, whether the current change's record
+    /// is still due.
     record_due: bool,
+    /// In `Announced`, whether the current change's write is still due (its BEFORE went out).
+    write_due: bool,
     wrote_guard: bool,
     wrote_tail: bool,
     wrote_head: bool,
 }
 
-impl<'a> Plan<'a> {
+impl<'a, C: AsRef<Change>> Plan<'a, C> {
     /// Plans the batch `changes` for `arch` with the guarded protocol.
-    pub fn new(arch: Arch, changes: &'a [Change]) -> Self {
+    pub fn new(arch: Arch, changes: &'a [C]) -> Self {
         Self::with_protocol(arch, Protocol::Guarded, changes)
     }
 
     /// Plans the batch `changes` for `arch` with `protocol`.
-    pub fn with_protocol(arch: Arch, protocol: Protocol, changes: &'a [Change]) -> Self {
+    pub fn with_protocol(arch: Arch, protocol: Protocol, changes: &'a [C]) -> Self {
         Self {
             arch,
             protocol,
             changes,
-            phase: Phase::Publish,
+            phase: Phase::Park,
             next: 0,
             record_due: false,
+            write_due: false,
             wrote_guard: false,
             wrote_tail: false,
             wrote_head: false,
         }
     }
 
-    /// Next change at or after `self.next` that is not a no-op, and advances past it.
+    /// Next change at or after `self.next` that is not a no-op and belongs to the current
+    /// section (parked in `Parked`, not parked elsewhere), and advances past it.
     fn next_change(&mut self) -> Option<(usize, &'a Change)> {
-        while let Some(change) = self.changes.get(self.next) {
+        let parked = self.phase == Phase::Parked;
+        while let Some(change) = self.changes.get(self.next).map(AsRef::as_ref) {
             let index = self.next;
             self.next = self.next.saturating_add(1);
-            if !change.is_noop() {
+            if !change.is_noop() && change.parked == parked {
                 return Some((index, change));
             }
         }
@@ -178,6 +289,7 @@ impl<'a> Plan<'a> {
         self.phase = phase;
         self.next = 0;
         self.record_due = false;
+        self.write_due = false;
     }
 
     fn tail_changes(change: &Change) -> bool {
@@ -193,18 +305,53 @@ impl<'a> Plan<'a> {
     }
 }
 
-impl Iterator for Plan<'_> {
+impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
     type Item = Step;
 
     fn next(&mut self) -> Option<Step> {
         loop {
             match self.phase {
+                Phase::Park => {
+                    if self
+                        .changes
+                        .iter()
+                        .map(AsRef::as_ref)
+                        .any(|c| c.parked && !c.is_noop())
+                    {
+                        self.enter(Phase::Parked);
+                        return Some(Step::Park);
+                    }
+                    self.enter(Phase::Publish);
+                }
+                Phase::Parked => {
+                    if self.record_due {
+                        self.record_due = false;
+                        return Some(Step::Emit(self.next.saturating_sub(1)));
+                    }
+                    match self.next_change() {
+                        Some((i, _)) => {
+                            self.record_due = true;
+                            return Some(Step::WriteWhole(i));
+                        }
+                        None => self.enter(Phase::Unpark),
+                    }
+                }
+                Phase::Unpark => {
+                    self.enter(Phase::Publish);
+                    return Some(Step::Unpark);
+                }
                 Phase::Publish => {
                     self.enter(match self.protocol {
                         Protocol::UnguardedNosync => Phase::Unguarded,
+                        Protocol::BeforeAfter => Phase::Announced,
                         _ => Phase::Guards,
                     });
-                    if self.changes.iter().all(Change::is_noop) {
+                    if self
+                        .changes
+                        .iter()
+                        .map(AsRef::as_ref)
+                        .all(|c| c.is_noop() || c.parked)
+                    {
                         self.phase = Phase::Done;
                         return None;
                     }
@@ -224,6 +371,30 @@ impl Iterator for Plan<'_> {
                         None => self.enter(Phase::HeadSync),
                     }
                 }
+                Phase::Announced => {
+                    if self.write_due {
+                        self.write_due = false;
+                        self.wrote_head = true;
+                        return Some(Step::WriteWhole(self.next.saturating_sub(1)));
+                    }
+                    match self.next_change() {
+                        Some((i, _)) => {
+                            self.write_due = true;
+                            return Some(Step::EmitBefore(i));
+                        }
+                        None => self.enter(Phase::AfterSync),
+                    }
+                }
+                Phase::AfterSync => {
+                    self.enter(Phase::AfterRecords);
+                    if self.wrote_head {
+                        return Some(Step::Sync);
+                    }
+                }
+                Phase::AfterRecords => match self.next_change() {
+                    Some((i, _)) => return Some(Step::EmitAfter(i)),
+                    None => self.enter(Phase::Retire),
+                },
                 Phase::Guards => match self.next_change() {
                     Some((i, _)) => {
                         self.wrote_guard = true;
@@ -298,17 +469,21 @@ impl Iterator for Plan<'_> {
 /// What a plan costs: the numbers the benchmarks compare against upstream.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Cost {
-    /// All-CPU syncs (machine-wide IPI rounds).
+    /// All-CPU syncs (machine-wide IPI rounds). Parked sections are not counted here.
     pub syncs: usize,
-    /// Text writes (guards, tails and heads).
+    /// Text writes (guards, tails, heads and whole instructions, parked or not).
     pub writes: usize,
-    /// `PERF_RECORD_TEXT_POKE` records.
+    /// `PERF_RECORD_TEXT_POKE` records (BEFORE and AFTER records count one each).
     pub records: usize,
+    /// Parked sections (`stop_machine()` rounds): 0 or 1 per batch. Counted apart from
+    /// [`Cost::syncs`] because it costs more than an IPI round: every CPU stops, with interrupts
+    /// masked, for as long as the section's writes and records take.
+    pub parked: usize,
 }
 
 impl Cost {
     /// Counts the steps of `plan`.
-    pub fn of(plan: Plan<'_>) -> Self {
+    pub fn of<C: AsRef<Change>>(plan: Plan<'_, C>) -> Self {
         plan.fold(Self::default(), |mut cost, step| {
             match step {
                 Step::Sync => cost.syncs = cost.syncs.saturating_add(1),
@@ -316,8 +491,11 @@ impl Cost {
                 | Step::WriteTail(_)
                 | Step::WriteHead(_)
                 | Step::WriteWhole(_) => cost.writes = cost.writes.saturating_add(1),
-                Step::Emit(_) => cost.records = cost.records.saturating_add(1),
-                Step::Publish | Step::Retire => {}
+                Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => {
+                    cost.records = cost.records.saturating_add(1)
+                }
+                Step::Park => cost.parked = cost.parked.saturating_add(1),
+                Step::Publish | Step::Retire | Step::Unpark => {}
             }
             cost
         })

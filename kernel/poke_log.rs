@@ -30,20 +30,22 @@ struct Buf {
 }
 
 /// The log.
+#[pin_data]
 pub(crate) struct PokeLog {
-    buf: Pin<KBox<Mutex<Buf>>>,
+    #[pin]
+    buf: Mutex<Buf>,
 }
 
 impl PokeLog {
-    /// An empty log.
-    pub(crate) fn new() -> Result<Self> {
+    /// An empty log, initialized in place.
+    pub(crate) fn new() -> impl PinInit<Self> {
         let buf = Buf {
             bytes: KVVec::new(),
             seq: 0,
             dropped: 0,
         };
-        Ok(Self {
-            buf: KBox::pin_init(new_mutex!(buf, "textpoke:poke_log"), GFP_KERNEL)?,
+        pin_init!(Self {
+            buf <- new_mutex!(buf, "textpoke:poke_log"),
         })
     }
 
@@ -71,12 +73,11 @@ impl PokeLog {
             LAYOUT,
         );
         let fits = |b: &Buf, n: usize| b.bytes.len().saturating_add(n) <= CAPACITY;
-        match written {
-            Ok(n) if fits(&b, n) => {
-                if b.bytes
-                    .extend_from_slice(rec.get(..n).unwrap_or(&[]), GFP_KERNEL)
-                    .is_err()
-                {
+        // A record that does not fit, or a writer that claims more bytes than it has (which
+        // it cannot), is counted as dropped: the agent fails a boot whose log dropped any.
+        match written.ok().and_then(|n| rec.get(..n)) {
+            Some(r) if fits(&b, r.len()) => {
+                if b.bytes.extend_from_slice(r, GFP_KERNEL).is_err() {
                     b.dropped = b.dropped.saturating_add(1);
                 }
             }

@@ -9,11 +9,12 @@
 //!
 //! Sites are kept sorted by address; a site is owned by at most one batch at a time.
 
-use crate::arch;
+use crate::arch::{Arch, This};
 use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::module_text::Module;
+use crate::series::Common;
 use kernel::prelude::*;
 
 /// A registered site.
@@ -71,9 +72,12 @@ impl Sites {
         self.list.len()
     }
 
-    /// Site `index`, mutably.
-    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Site> {
-        self.list.get_mut(index)
+    /// Site `index`, mutably, or `EINVAL` with a log line (see [`Sites::get`]).
+    pub(crate) fn get_mut(&mut self, index: usize) -> Result<&mut Site> {
+        self.list.get_mut(index).ok_or_else(|| {
+            pr_err!("site registry: index {index} out of range\n");
+            EINVAL
+        })
     }
 
     /// Where `addr` falls.
@@ -90,12 +94,10 @@ impl Sites {
         }
     }
 
-    /// Registers the `len`-byte site at `addr` in `owner`'s text.
-    ///
-    /// Refuses (see [`crate::errno`]) the engine's own text, addresses outside the owner's core
-    /// text, overlaps with registered sites, and instructions the codec cannot decode as exactly
-    /// `len` bytes.
-    pub(crate) fn register(&mut self, owner: Module, addr: u64, len: usize) -> Result {
+    /// The checks of [`Sites::register`] that need no registered site: refuses (see
+    /// [`crate::errno`]) the engine's own text, lengths no listed instruction has, and addresses
+    /// outside the owner's core text.
+    pub(crate) fn vet(&self, owner: Module, addr: u64, len: usize) -> Result {
         if owner == self.engine || self.engine.text_contains(addr, 1) {
             pr_err!(
                 "refusing site {:#x}: it is in textpoke's own text (the trap path)\n",
@@ -103,7 +105,15 @@ impl Sites {
             );
             return Err(errno::engine_text());
         }
-        if len == 0 || len > MAX_INSN_LEN || !owner.text_contains(addr, len as u64) {
+        if len == 0 || len > MAX_INSN_LEN {
+            pr_err!(
+                "refusing site {:#x}+{}: no listed instruction has that length\n",
+                addr,
+                len
+            );
+            return Err(errno::wrong_size());
+        }
+        if !owner.text_contains(addr, len as u64) {
             pr_err!(
                 "refusing site {:#x}+{}: not inside its module's text\n",
                 addr,
@@ -111,10 +121,38 @@ impl Sites {
             );
             return Err(errno::outside_text());
         }
+        Ok(())
+    }
+
+    /// Refuses (with [`errno::other_patcher`]) a site whose text a jump label, a static call,
+    /// ftrace or a kprobe owns.
+    ///
+    /// Called without the sites lock, between [`Sites::vet`] and [`Sites::register`]: the check
+    /// takes `kprobe_mutex`, under which kprobes takes `cpu_hotplug_lock`, under which a commit
+    /// takes the sites lock. A kprobe armed after the check is caught as any later one is: the
+    /// site's text no longer reads as the engine left it, and changes to it fail with `EIO`.
+    pub(crate) fn refuse_other_patchers(common: &Common, addr: u64, len: usize) -> Result {
+        if crate::debug::defect() == crate::debug::Defect::IgnoreOtherPatchers {
+            return Ok(());
+        }
+        if let Some(owner) = common.text_owner(addr, addr.saturating_add(len as u64)) {
+            pr_err!("refusing site {:#x}: its text belongs to {owner}\n", addr);
+            return Err(errno::other_patcher());
+        }
+        Ok(())
+    }
+
+    /// Registers the `len`-byte site at `addr` in `owner`'s text, which passed
+    /// [`Sites::refuse_other_patchers`].
+    ///
+    /// Refuses (see [`crate::errno`]) what [`Sites::vet`] refuses, overlaps with registered
+    /// sites, and instructions the codec cannot decode as exactly `len` bytes.
+    pub(crate) fn register(&mut self, owner: Module, addr: u64, len: usize) -> Result {
+        self.vet(owner, addr, len)?;
         let mut buf = [0u8; MAX_INSN_LEN];
         let bytes = buf.get_mut(..len).ok_or(errno::wrong_size())?;
         kernel_text::read(addr, bytes)?;
-        arch::Insn::decode(addr, bytes).map_err(|e| {
+        This::accept(addr, bytes).map_err(|e| {
             pr_err!(
                 "refusing site {:#x}: its instruction: {}\n",
                 addr,
@@ -149,25 +187,74 @@ impl Sites {
 
     /// Unregisters the site at `addr`, which `owner` registered.
     ///
-    /// Refuses unknown sites, sites of another module (`EPERM`) and sites a batch owns.
+    /// Refuses unknown sites (`ENOENT`), sites of another module (`EACCES`) and sites a batch
+    /// owns (`EBUSY`), each with a log line.
     pub(crate) fn unregister(&mut self, owner: Module, addr: u64) -> Result {
-        let Found::Site(i) = self.find(addr) else {
-            return Err(errno::not_registered());
+        let i = match self.find(addr) {
+            Found::Site(i) => i,
+            _ => {
+                pr_err!(
+                    "refusing to unregister {:#x}: not a registered site\n",
+                    addr
+                );
+                return Err(errno::not_registered());
+            }
         };
-        let site = self.list.get(i).ok_or(errno::not_registered())?;
+        let site = self.get(i)?;
         if site.owner != owner {
-            return Err(EPERM);
+            pr_err!(
+                "refusing to unregister {:#x}: the site belongs to another module\n",
+                addr
+            );
+            return Err(errno::not_owner());
         }
         if site.batch != 0 {
+            pr_err!(
+                "refusing to unregister {:#x}: a batch in flight owns it\n",
+                addr
+            );
             return Err(errno::busy());
         }
-        if let Some(tail) = self.list.get_mut(i..) {
-            tail.rotate_left(1);
-        }
-        let len = self.list.len().saturating_sub(1);
-        // SAFETY: `len` is below the current length, and the element dropped off the end is the
-        // unregistered site, which is `Copy` and needs no destructor.
-        unsafe { self.list.set_len(len) };
+        self.retain(|s| s.addr != addr);
         Ok(())
+    }
+
+    /// Forgets every site of `owner`, a module that is going away (`MODULE_STATE_GOING`,
+    /// after its exit function, or after its init failed). Returns how many there were.
+    ///
+    /// No batch can hold one of them: a batch pins the modules of its sites, and a module is
+    /// only going once nobody holds it.
+    pub(crate) fn forget_module(&mut self, owner: Module) -> usize {
+        let before = self.list.len();
+        self.retain(|s| s.owner != owner);
+        before.saturating_sub(self.list.len())
+    }
+
+    /// Keeps the sites `keep` accepts, in order (6.12's `KVec` has no `retain`).
+    fn retain(&mut self, keep: impl Fn(&Site) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.list.len() {
+            let Some(site) = self.list.get(i).copied() else {
+                break;
+            };
+            if keep(&site) {
+                if let Some(slot) = self.list.get_mut(kept) {
+                    *slot = site;
+                }
+                kept += 1;
+            }
+        }
+        // SAFETY: `kept` is at most the current length, and the elements dropped off the end
+        // are `Copy` sites that need no destructor.
+        unsafe { self.list.set_len(kept) };
+    }
+
+    /// Site `index`, or `EINVAL` with a log line: callers only pass indices `find` returned
+    /// under the same lock, so a miss is a bug in the registry.
+    pub(crate) fn get(&self, index: usize) -> Result<&Site> {
+        self.list.get(index).ok_or_else(|| {
+            pr_err!("site registry: index {index} out of range\n");
+            EINVAL
+        })
     }
 }

@@ -15,13 +15,16 @@ struct Stats;
 
 impl debugfs::File for Stats {
     fn snapshot(&self) -> Result<KVVec<u8>> {
-        let engine = engine::get().ok_or(ENODEV)?;
-        let mut text = Text::new();
-        engine.stats.write(&mut text).map_err(|_| ENOMEM)?;
-        writeln!(text, "records_dropped {}", engine.log.dropped()).map_err(|_| ENOMEM)?;
-        writeln!(text, "in_flight {}", engine.table.in_flight()).map_err(|_| ENOMEM)?;
-        writeln!(text, "sites_registered {}", engine.sites.lock().count()).map_err(|_| ENOMEM)?;
-        Ok(text.0)
+        engine::with(|engine| {
+            let mut text = Text::new();
+            engine.stats.write(&mut text).map_err(|_| ENOMEM)?;
+            writeln!(text, "records_dropped {}", engine.log.dropped()).map_err(|_| ENOMEM)?;
+            writeln!(text, "in_flight {}", engine.table.in_flight()).map_err(|_| ENOMEM)?;
+            writeln!(text, "sites_registered {}", engine.sites.lock().count())
+                .map_err(|_| ENOMEM)?;
+            Ok(text.0)
+        })
+        .ok_or(ENODEV)?
     }
 }
 
@@ -29,15 +32,12 @@ struct Records;
 
 impl debugfs::File for Records {
     fn snapshot(&self) -> Result<KVVec<u8>> {
-        engine::get().ok_or(ENODEV)?.log.snapshot()
+        engine::with(|engine| engine.log.snapshot()).ok_or(ENODEV)?
     }
 
     fn command(&self, data: &[u8]) -> Result {
         match debugfs::trim(data) {
-            b"clear" => {
-                engine::get().ok_or(ENODEV)?.log.clear();
-                Ok(())
-            }
+            b"clear" => engine::with(|engine| engine.log.clear()).ok_or(ENODEV),
             _ => Err(EINVAL),
         }
     }

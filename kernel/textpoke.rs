@@ -21,15 +21,16 @@ pub mod insn;
 pub mod pending;
 pub mod plan;
 pub mod record;
+pub mod refusal;
 
-/// This arch's guard, codec, text writes, syncs and trap hook.
+// The one switch: which architecture implements `arch::Arch`. Public like the pure files, whose
+// codec it holds.
 #[cfg(CONFIG_X86_64)]
 #[path = "../arch/x86/mod.rs"]
-pub mod arch;
-/// This arch's guard, codec, text writes, syncs and trap hook.
+pub mod arch_impl;
 #[cfg(CONFIG_ARM64)]
 #[path = "../arch/arm64/mod.rs"]
-pub mod arch;
+pub mod arch_impl;
 
 // Thin wrappers over C APIs the 6.12 kernel crate lacks. They are shared with the samples,
 // which use parts this module does not.
@@ -42,21 +43,21 @@ mod cpu;
 mod debugfs;
 #[path = "../rust/kernel_text.rs"]
 mod kernel_text;
+#[path = "../rust/module_notifier.rs"]
+mod module_notifier;
 #[path = "../rust/module_text.rs"]
 mod module_text;
-#[path = "../rust/printk.rs"]
-mod printk;
 #[path = "../rust/pt_regs.rs"]
 mod pt_regs;
 #[path = "../rust/series.rs"]
 mod series;
 
 mod api;
+mod arch;
 mod batch;
 mod debug;
 mod engine;
 mod errno;
-mod ktap;
 mod poke_log;
 mod selftest;
 mod sites;
@@ -64,21 +65,35 @@ mod stats;
 mod status_files;
 mod trap;
 
-/// The loaded module. Fields drop in order: the debugfs files, then the trap hook, then the
-/// engine, so nothing can reach the engine once it is freed.
+use arch::{Arch, This};
+
+/// The loaded module. Fields drop in order: the debugfs files, the trap hook, the module
+/// notifier, then the engine, so nothing can reach the engine once it is freed.
 struct TextPoke {
     _files: debugfs::Dir,
-    _hook: arch::TrapHook,
+    _hook: <This as Arch>::TrapHook,
+    _modules: module_notifier::ModuleNotifier,
     _engine: engine::Published,
+}
+
+/// A module is going away: forget the sites it left registered, so that none outlives it.
+fn module_going(module: module_text::Module) {
+    engine::with(|engine| {
+        let forgotten = engine.sites.lock().forget_module(module);
+        if forgotten > 0 {
+            pr_warn!("a departing module left {forgotten} sites registered; they are forgotten\n");
+        }
+    });
 }
 
 impl kernel::Module for TextPoke {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let series = series::Series::resolve()?;
+        let series = engine::Series::resolve()?;
         let engine = engine::Engine::new(series, module_text::Module::of(module))?;
-        let engine = engine::Published::new(KBox::new(engine, GFP_KERNEL)?);
+        let engine = engine::Published::new(KBox::pin_init(engine, GFP_KERNEL)?);
+        let modules = module_notifier::ModuleNotifier::register(module_going)?;
         // The hook goes in after the engine is published and before any guard can exist.
-        let hook = arch::TrapHook::register(&engine.engine().series)?;
+        let hook = This::register_trap_hook(&engine.engine().series.arch, trap::textpoke_trap)?;
         if !selftest::run(engine.engine()) {
             pr_err!("self-test failed; refusing to load\n");
             return Err(EIO);
@@ -88,6 +103,7 @@ impl kernel::Module for TextPoke {
         Ok(Self {
             _files: files,
             _hook: hook,
+            _modules: modules,
             _engine: engine,
         })
     }

@@ -46,15 +46,15 @@ pub(crate) fn online() -> impl Iterator<Item = usize> {
     (0..possible()).filter(|&cpu| is_online(cpu))
 }
 
-/// Keeps CPUs from coming or going (`cpus_read_lock`) until dropped.
-pub(crate) struct HotplugGuard(());
+/// Keeps CPUs from coming or going (`cpus_read_lock`) until dropped, on the task that took it.
+pub(crate) struct HotplugGuard(core::marker::PhantomData<*mut ()>);
 
 impl HotplugGuard {
     /// Takes the CPU-hotplug read lock; sleeps, so process context only.
     pub(crate) fn new() -> Self {
         // SAFETY: Process context; released exactly once in `drop`.
         unsafe { textpoke_helper_cpus_read_lock() };
-        Self(())
+        Self(core::marker::PhantomData)
     }
 }
 
@@ -85,8 +85,8 @@ pub(crate) unsafe fn on_each_cpu(func: unsafe extern "C" fn(*mut c_void), info: 
     };
 }
 
-/// Disables preemption until dropped, so [`current`] stays valid.
-pub(crate) struct NoPreempt(());
+/// Disables preemption until dropped, so [`current`] stays valid; it cannot leave the CPU.
+pub(crate) struct NoPreempt(core::marker::PhantomData<*mut ()>);
 
 extern "C" {
     fn textpoke_helper_preempt_disable();
@@ -99,7 +99,7 @@ impl NoPreempt {
     pub(crate) fn new() -> Self {
         // SAFETY: Balanced by `drop`.
         unsafe { textpoke_helper_preempt_disable() };
-        Self(())
+        Self(core::marker::PhantomData)
     }
 }
 
@@ -108,6 +108,17 @@ impl Drop for NoPreempt {
         // SAFETY: Disabled in `new`.
         unsafe { textpoke_helper_preempt_enable() };
     }
+}
+
+extern "C" {
+    fn textpoke_helper_cpu_relax();
+}
+
+/// Pause inside a spin-wait loop (`cpu_relax()`: x86 `PAUSE`, arm64 `YIELD`, which also makes
+/// single-threaded TCG switch to another vCPU at once).
+pub(crate) fn relax() {
+    // SAFETY: A hint with no effect on memory.
+    unsafe { textpoke_helper_cpu_relax() };
 }
 
 /// Lets the scheduler run something else if it wants to (`cond_resched()`).

@@ -8,19 +8,15 @@
  */
 
 #include <linux/cpuhplock.h>
+#include <linux/uaccess.h>
 #include <linux/kprobes.h>
 #include <linux/preempt.h>
-#include <linux/ptrace.h>
+#include <linux/processor.h>
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
 #include <linux/smp.h>
 
 #include "helpers.h"
-
-#ifdef CONFIG_X86
-#include <linux/kdebug.h>
-#include <asm/sync_core.h>
-#endif
 
 unsigned int textpoke_helper_cpu(void)
 {
@@ -49,6 +45,11 @@ void textpoke_helper_cpus_read_unlock(void)
 	cpus_read_unlock();
 }
 
+void textpoke_helper_cpu_relax(void)
+{
+	cpu_relax();
+}
+
 void textpoke_helper_preempt_disable(void)
 {
 	preempt_disable();
@@ -59,23 +60,22 @@ void textpoke_helper_preempt_enable(void)
 	preempt_enable();
 }
 
-#ifdef CONFIG_X86
 /*
- * The registers of a kernel-mode INT3 reported to a die notifier, or NULL for any other
- * notification (other die events, or INT3 from user mode, which uprobes owns).
+ * copy_from_kernel_nofault() for the trap path: the same fault-tolerant loads, inlined here
+ * (__get_kernel_nofault() with exception-table fixups) so that nothing the handler calls can be
+ * kprobed. Returns 0, or -EFAULT if any byte could not be read.
  */
-struct pt_regs *textpoke_helper_kernel_int3_regs(unsigned long val, void *data)
+long textpoke_read_text_nofault(u8 *dst, const u8 *src, size_t len)
 {
-	struct die_args *args = data;
+	size_t i;
 
-	if (val != DIE_INT3 || user_mode(args->regs))
-		return NULL;
-	return args->regs;
+	pagefault_disable();
+	for (i = 0; i < len; i++)
+		__get_kernel_nofault(dst + i, src + i, u8, fault);
+	pagefault_enable();
+	return 0;
+fault:
+	pagefault_enable();
+	return -EFAULT;
 }
-NOKPROBE_SYMBOL(textpoke_helper_kernel_int3_regs);
-
-void textpoke_helper_sync_core(void)
-{
-	sync_core();
-}
-#endif
+NOKPROBE_SYMBOL(textpoke_read_text_nofault);

@@ -5,16 +5,14 @@
 
 #include <linux/types.h>
 
-struct pt_regs;
-
 unsigned int textpoke_helper_cpu(void);
 u64 textpoke_helper_local_clock(void);
 void textpoke_helper_cond_resched(void);
 void textpoke_helper_cpus_read_lock(void);
 void textpoke_helper_cpus_read_unlock(void);
+void textpoke_helper_cpu_relax(void);
 void textpoke_helper_preempt_disable(void);
 void textpoke_helper_preempt_enable(void);
-struct pt_regs *textpoke_helper_kernel_int3_regs(unsigned long val, void *data);
-void textpoke_helper_sync_core(void);
+long textpoke_read_text_nofault(u8 *dst, const u8 *src, size_t len);
 
 #endif

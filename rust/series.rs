@@ -6,112 +6,137 @@
 //! kernel built without the series. Resolving them with `__symbol_get` instead lets the module
 //! refuse to load with a message that names what is missing and where to get it. Exports of
 //! vmlinux have no owning module, so nothing is pinned and nothing needs `symbol_put`.
+//!
+//! This file resolves the exports every arch uses; each arch resolves its own with the same
+//! [`Resolver`] (`arch/<arch>/series.rs`).
 
-use kernel::{bindings, ffi::c_void, prelude::*, str::CStr};
+use kernel::{ffi::c_void, prelude::*, str::CStr};
 
 /// `perf_event_text_poke(addr, old, old_len, new, new_len)` (include/linux/perf_event.h).
-type PerfEventTextPoke =
+pub(crate) type PerfEventTextPoke =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
 /// `text_mutex_lock()` / `text_mutex_unlock()` (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
-/// `text_poke(addr, opcode, len)` (arch/x86/include/asm/text-patching.h).
-#[cfg(CONFIG_X86_64)]
-type TextPoke = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
-/// `aarch64_insn_write(addr, insn)` (arch/arm64/include/asm/patching.h).
-#[cfg(CONFIG_ARM64)]
-type Aarch64InsnWrite = unsafe extern "C" fn(*mut c_void, u32) -> kernel::ffi::c_int;
-/// A text-poke BRK hook (arch/arm64/include/asm/debug-monitors.h, patch 0005).
-#[cfg(CONFIG_ARM64)]
-pub(crate) type BrkHook =
-    unsafe extern "C" fn(*mut bindings::pt_regs, kernel::ffi::c_ulong) -> kernel::ffi::c_int;
-#[cfg(CONFIG_ARM64)]
-type RegisterBrkHook = unsafe extern "C" fn(BrkHook) -> kernel::ffi::c_int;
-#[cfg(CONFIG_ARM64)]
-type UnregisterBrkHook = unsafe extern "C" fn(BrkHook);
+/// `stop_machine_cpuslocked(fn, data, cpus)` (include/linux/stop_machine.h, patch 0006).
+pub(crate) type StopMachineCpuslocked = unsafe extern "C" fn(
+    Option<unsafe extern "C" fn(*mut c_void) -> kernel::ffi::c_int>,
+    *mut c_void,
+    *const kernel::bindings::cpumask,
+) -> kernel::ffi::c_int;
 
-/// The functions textpoke needs from the patch series.
-pub(crate) struct Series {
+/// `text_reserved_by_patchers(start, end)` (include/linux/kprobes.h, patch 0007).
+pub(crate) type TextReservedByPatchers =
+    unsafe extern "C" fn(*mut c_void, *mut c_void) -> kernel::ffi::c_int;
+
+/// Looks exports up by name and remembers which were missing.
+pub(crate) struct Resolver {
+    missing: &'static str,
+}
+
+impl Resolver {
+    /// A resolver that has found nothing missing yet.
+    pub(crate) fn new() -> Self {
+        Self { missing: "" }
+    }
+
+    /// The address of the GPL export `name`, or `None` (logged and remembered) if this kernel
+    /// does not export it.
+    pub(crate) fn lookup(&mut self, name: &'static CStr) -> Option<*mut c_void> {
+        // SAFETY: `name` is a valid NUL-terminated string; `__symbol_get` only reads it.
+        let ptr = unsafe { kernel::bindings::__symbol_get(name.as_char_ptr()) };
+        if ptr.is_null() {
+            let name = name.to_str().unwrap_or("?");
+            pr_err!("this kernel does not export {}\n", name);
+            self.missing = if self.missing.is_empty() {
+                name
+            } else {
+                "several patch-series symbols"
+            };
+            return None;
+        }
+        Some(ptr)
+    }
+
+    /// Fails with `ENOSYS` and a log line naming what is missing, if anything is.
+    pub(crate) fn finish(&self) -> Result {
+        if self.missing.is_empty() {
+            return Ok(());
+        }
+        pr_err!(
+            "this kernel lacks the textpoke patch series (missing {}); \
+             build it with tools/kernel.sh, which applies tools/patches/*.patch\n",
+            self.missing
+        );
+        Err(kernel::error::Error::from_errno(
+            -(kernel::bindings::ENOSYS as i32),
+        ))
+    }
+}
+
+/// Resolves the export `$name` of a resolver `$r` to a function pointer of type `$ty`.
+///
+/// The caller vouches that `$ty` mirrors the export's C prototype (see each type's
+/// documentation).
+macro_rules! resolve {
+    ($r:expr, $name:literal, $ty:ty) => {
+        $r.lookup(kernel::c_str!($name)).map(|ptr| {
+            // SAFETY: The series declares `$name` with exactly the C prototype `$ty` mirrors,
+            // and an export's value is the function's address.
+            unsafe { core::mem::transmute::<*mut kernel::ffi::c_void, $ty>(ptr) }
+        })
+    };
+}
+pub(crate) use resolve;
+
+/// The exports every arch uses.
+pub(crate) struct Common {
+    /// `perf_event_text_poke()`.
     pub(crate) perf_event_text_poke: PerfEventTextPoke,
+    /// `stop_machine_cpuslocked()`: runs a function on every online CPU with all of them
+    /// stopped, for a caller that already holds the CPU-hotplug read lock.
+    pub(crate) stop_machine_cpuslocked: StopMachineCpuslocked,
+    text_reserved_by_patchers: TextReservedByPatchers,
     text_mutex_lock: TextMutexOp,
     text_mutex_unlock: TextMutexOp,
-    #[cfg(CONFIG_X86_64)]
-    pub(crate) text_poke: TextPoke,
-    #[cfg(CONFIG_ARM64)]
-    pub(crate) aarch64_insn_write: Aarch64InsnWrite,
-    #[cfg(CONFIG_ARM64)]
-    pub(crate) register_text_poke_brk_hook: RegisterBrkHook,
-    #[cfg(CONFIG_ARM64)]
-    pub(crate) unregister_text_poke_brk_hook: UnregisterBrkHook,
 }
 
-/// Looks up a GPL export by name; `None` if this kernel does not export it.
-fn lookup(name: &CStr) -> Option<*mut c_void> {
-    // SAFETY: `name` is a valid NUL-terminated string; `__symbol_get` only reads it.
-    let ptr = unsafe { bindings::__symbol_get(name.as_char_ptr()) };
-    (!ptr.is_null()).then_some(ptr)
-}
-
-/// Resolves `$name` to a function pointer of type `$ty`, recording it in `$missing` if absent.
-macro_rules! resolve {
-    ($missing:ident, $name:literal, $ty:ty) => {{
-        match lookup(kernel::c_str!($name)) {
-            // SAFETY: The series declares `$name` with exactly the C prototype `$ty` mirrors
-            // (see the type's documentation), and an export's value is the function's address.
-            Some(ptr) => Some(unsafe { core::mem::transmute::<*mut c_void, $ty>(ptr) }),
-            None => {
-                if $missing.is_empty() {
-                    $missing = $name;
-                } else {
-                    $missing = "several patch-series symbols";
-                }
-                pr_err!("this kernel does not export {}\n", $name);
-                None
-            }
-        }
-    }};
-}
-
-impl Series {
-    /// Resolves every export, or explains which are missing and fails with `ENOSYS`.
-    pub(crate) fn resolve() -> Result<Self> {
-        let mut missing: &str = "";
-        let perf_event_text_poke = resolve!(missing, "perf_event_text_poke", PerfEventTextPoke);
-        let text_mutex_lock = resolve!(missing, "text_mutex_lock", TextMutexOp);
-        let text_mutex_unlock = resolve!(missing, "text_mutex_unlock", TextMutexOp);
-        #[cfg(CONFIG_X86_64)]
-        let text_poke = resolve!(missing, "text_poke", TextPoke);
-        #[cfg(CONFIG_ARM64)]
-        let aarch64_insn_write = resolve!(missing, "aarch64_insn_write", Aarch64InsnWrite);
-        #[cfg(CONFIG_ARM64)]
-        let register_text_poke_brk_hook =
-            resolve!(missing, "register_text_poke_brk_hook", RegisterBrkHook);
-        #[cfg(CONFIG_ARM64)]
-        let unregister_text_poke_brk_hook =
-            resolve!(missing, "unregister_text_poke_brk_hook", UnregisterBrkHook);
-
-        let series = (|| {
-            Some(Self {
-                perf_event_text_poke: perf_event_text_poke?,
-                text_mutex_lock: text_mutex_lock?,
-                text_mutex_unlock: text_mutex_unlock?,
-                #[cfg(CONFIG_X86_64)]
-                text_poke: text_poke?,
-                #[cfg(CONFIG_ARM64)]
-                aarch64_insn_write: aarch64_insn_write?,
-                #[cfg(CONFIG_ARM64)]
-                register_text_poke_brk_hook: register_text_poke_brk_hook?,
-                #[cfg(CONFIG_ARM64)]
-                unregister_text_poke_brk_hook: unregister_text_poke_brk_hook?,
-            })
-        })();
-        series.ok_or_else(|| {
-            pr_err!(
-                "this kernel lacks the textpoke patch series (missing {}); \
-                 build it with tools/kernel.sh, which applies tools/patches/*.patch\n",
-                missing
-            );
-            crate::errno::no_series()
+impl Common {
+    /// Resolves the common exports; `None` if any is missing (recorded in `r`).
+    pub(crate) fn resolve(r: &mut Resolver) -> Option<Self> {
+        let perf_event_text_poke = resolve!(r, "perf_event_text_poke", PerfEventTextPoke);
+        let stop_machine_cpuslocked = resolve!(r, "stop_machine_cpuslocked", StopMachineCpuslocked);
+        let text_reserved_by_patchers =
+            resolve!(r, "text_reserved_by_patchers", TextReservedByPatchers);
+        let text_mutex_lock = resolve!(r, "text_mutex_lock", TextMutexOp);
+        let text_mutex_unlock = resolve!(r, "text_mutex_unlock", TextMutexOp);
+        Some(Self {
+            perf_event_text_poke: perf_event_text_poke?,
+            stop_machine_cpuslocked: stop_machine_cpuslocked?,
+            text_reserved_by_patchers: text_reserved_by_patchers?,
+            text_mutex_lock: text_mutex_lock?,
+            text_mutex_unlock: text_mutex_unlock?,
         })
+    }
+
+    /// Which in-kernel patcher owns any byte of `[start, end)`, if one does: jump labels, static
+    /// calls, ftrace or kprobes (their text must never become a site). Sleeps.
+    pub(crate) fn text_owner(&self, start: u64, end: u64) -> Option<&'static str> {
+        // SAFETY: The function only reads the patchers' tables, under their own locks, for any
+        // range; process context (registration).
+        let owner = unsafe {
+            (self.text_reserved_by_patchers)(
+                start as usize as *mut c_void,
+                end.wrapping_sub(1) as usize as *mut c_void,
+            )
+        };
+        match owner {
+            0 => None,
+            1 => Some("a jump label"),
+            2 => Some("a static call"),
+            3 => Some("ftrace"),
+            4 => Some("a kprobe"),
+            _ => Some("another patcher"),
+        }
     }
 
     /// Takes `text_mutex`, serializing with every in-kernel text poker until the guard drops.
@@ -119,18 +144,23 @@ impl Series {
         // SAFETY: Called from process context (the engine only patches from process context);
         // the guard below unlocks exactly once.
         unsafe { (self.text_mutex_lock)() };
-        TextMutexGuard { series: self }
+        TextMutexGuard {
+            common: self,
+            _not_send: core::marker::PhantomData,
+        }
     }
 }
 
-/// Holds `text_mutex`; releases it when dropped.
+/// Holds `text_mutex`; releases it when dropped, on the task that took it.
 pub(crate) struct TextMutexGuard<'a> {
-    series: &'a Series,
+    common: &'a Common,
+    /// A mutex is released by the task that holds it: the guard must not move to another.
+    _not_send: core::marker::PhantomData<*mut ()>,
 }
 
 impl Drop for TextMutexGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: The guard exists only while this task holds `text_mutex` (see `lock_text`).
-        unsafe { (self.series.text_mutex_unlock)() };
+        unsafe { (self.common.text_mutex_unlock)() };
     }
 }

@@ -11,6 +11,11 @@
 //! to be one of them. The file is compiled both into the kernel module and into the host crate
 //! `textpoke-core`, so it uses only `core`, never allocates and never panics; all address
 //! arithmetic wraps, as the CPU's does.
+//!
+//! The decoder also understands `BRK`, which is no instruction a poke may write or find at a site.
+//! What the engine patches goes through [`Listed::accept`] instead: it accepts exactly the
+//! instructions `textpoke.h` lists (`NOP`, `B`, `BL`, `MOV X9, X30`, `RET`), and the [`Listed`] it
+//! returns is the only thing the trap handler needs to emulate, infallibly.
 
 #![deny(
     clippy::arithmetic_side_effects,
@@ -207,6 +212,8 @@ impl Insn {
     ///
     /// Fails with [`InsnError::Misaligned`] if `site` is not 4-byte aligned and with
     /// [`InsnError::Unsupported`] if `word` is not a supported instruction.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     pub fn decode_word(site: u64, word: u32) -> Result<Insn, InsnError> {
         check_aligned(site)?;
         match word {
@@ -235,6 +242,8 @@ impl Insn {
     ///
     /// Fails with [`InsnError::Truncated`] if `bytes` holds fewer than 4 bytes, with
     /// [`InsnError::LengthMismatch`] if it holds more, and otherwise as [`Insn::decode_word`].
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     pub fn decode(site: u64, bytes: &[u8]) -> Result<Insn, InsnError> {
         let word: [u8; INSN_LEN] = match bytes.len() {
             INSN_LEN => bytes.try_into().map_err(|_| InsnError::LengthMismatch)?,
@@ -260,29 +269,168 @@ impl Insn {
     /// instructions leaves `PSTATE.BTYPE` set, the trap handler should clear the saved BTYPE, as
     /// `arm64_skip_faulting_instruction()` does, in case the guard was itself reached by an
     /// indirect branch.
+    ///
+    /// [`Listed::emulate`] is the infallible form of this for instructions accepted at their site.
     pub fn emulate(&self, site: u64, regs: &mut impl Regs) -> Result<(), InsnError> {
         // Only an instruction that can exist at `site` has well-defined effects.
         self.encode_word(site)?;
-        let next = site.wrapping_add(INSN_STEP);
-        match *self {
-            Insn::Nop => regs.set_pc(next),
-            Insn::B { target } => regs.set_pc(target),
-            Insn::Bl { target } => {
-                regs.set_x(LR, next);
-                regs.set_pc(target);
-            }
-            Insn::MovX9X30 => {
-                regs.set_x(X9, regs.x(LR));
-                regs.set_pc(next);
-            }
-            Insn::Ret => regs.set_pc(regs.x(LR)),
-            Insn::Brk { .. } => return Err(InsnError::Unsupported),
-        }
+        ListedInsn::listed(*self)
+            .ok_or(InsnError::Unsupported)?
+            .emulate(site, regs);
         Ok(())
     }
 }
 
+/// An instruction `textpoke.h` lists for arm64: an [`Insn`] without [`Insn::Brk`].
+///
+/// It is what a [`Listed`] holds, so that emulating one has no failure case for the compiler to
+/// see, let alone for a CPU to hit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum ListedInsn {
+    Nop,
+    B { target: u64 },
+    Bl { target: u64 },
+    MovX9X30,
+    Ret,
+}
+
+impl ListedInsn {
+    /// The listed instruction `insn` is, or `None` if the header does not list it.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    const fn listed(insn: Insn) -> Option<ListedInsn> {
+        // No wildcard: an instruction added to the decoder must be classified here.
+        match insn {
+            Insn::Nop => Some(ListedInsn::Nop),
+            Insn::B { target } => Some(ListedInsn::B { target }),
+            Insn::Bl { target } => Some(ListedInsn::Bl { target }),
+            Insn::MovX9X30 => Some(ListedInsn::MovX9X30),
+            Insn::Ret => Some(ListedInsn::Ret),
+            Insn::Brk { .. } => None,
+        }
+    }
+
+    /// The instruction as the codec's [`Insn`].
+    const fn insn(self) -> Insn {
+        match self {
+            ListedInsn::Nop => Insn::Nop,
+            ListedInsn::B { target } => Insn::B { target },
+            ListedInsn::Bl { target } => Insn::Bl { target },
+            ListedInsn::MovX9X30 => Insn::MovX9X30,
+            ListedInsn::Ret => Insn::Ret,
+        }
+    }
+
+    /// Makes `regs` behave as if the CPU had executed this instruction at `site`.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    fn emulate(self, site: u64, regs: &mut impl Regs) {
+        let next = site.wrapping_add(INSN_STEP);
+        match self {
+            ListedInsn::Nop => regs.set_pc(next),
+            ListedInsn::B { target } => regs.set_pc(target),
+            ListedInsn::Bl { target } => {
+                regs.set_x(LR, next);
+                regs.set_pc(target);
+            }
+            ListedInsn::MovX9X30 => {
+                regs.set_x(X9, regs.x(LR));
+                regs.set_pc(next);
+            }
+            ListedInsn::Ret => regs.set_pc(regs.x(LR)),
+        }
+    }
+}
+
+/// An instruction that `textpoke.h` lists, accepted at the site it was found at or is to be
+/// written to.
+///
+/// Only [`Listed::accept`] (and [`Listed::accept_word`]) builds one, and they accept exactly the
+/// listed instructions: `NOP`, `B`, `BL`, `MOV X9, X30` and `RET`, at a 4-byte aligned site. The
+/// engine calls it both for a site's current instruction when the site is registered and for
+/// each new instruction a batch adds, and keeps the result for the trap handler. A guard hit
+/// whose pending instruction cannot be emulated is therefore impossible by construction:
+/// [`Listed::emulate`] has no error to return, because a `Listed` never holds a `BRK` (its
+/// variants exclude it), and its `B`/`BL` target was decoded from a word at its own aligned site,
+/// so it is aligned and in reach.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Listed {
+    /// The instruction's address, 4-byte aligned.
+    site: u64,
+    /// The instruction, as decoded from its word at `site`.
+    op: ListedInsn,
+}
+
+impl Listed {
+    /// Accepts `bytes`, found at or to be written to address `site`, if they are exactly one of
+    /// the instructions `textpoke.h` lists.
+    ///
+    /// Fails with [`InsnError::Truncated`] if `bytes` holds fewer than 4 bytes, with
+    /// [`InsnError::LengthMismatch`] if it holds more, with [`InsnError::Misaligned`] if `site` is
+    /// not 4-byte aligned, and with [`InsnError::Unsupported`] for every other word, including
+    /// every `BRK` (the guard among them) and anything else the decoder understands.
+    #[inline]
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
+        let word: [u8; INSN_LEN] = match bytes.len() {
+            INSN_LEN => bytes.try_into().map_err(|_| InsnError::LengthMismatch)?,
+            n if n < INSN_LEN => return Err(InsnError::Truncated),
+            _ => return Err(InsnError::LengthMismatch),
+        };
+        Listed::accept_word(site, u32::from_le_bytes(word))
+    }
+
+    /// Accepts the word `word` at address `site`, as [`Listed::accept`] accepts its bytes.
+    #[inline]
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn accept_word(site: u64, word: u32) -> Result<Listed, InsnError> {
+        let op =
+            ListedInsn::listed(Insn::decode_word(site, word)?).ok_or(InsnError::Unsupported)?;
+        // INVARIANT: `decode_word` checked that `site` is aligned, and `op` is what `word` is at
+        // `site`, so its `B`/`BL` target is aligned and within reach of `site`: emulating `op` at
+        // `site` is what the CPU would do executing `word` there.
+        Ok(Listed { site, op })
+    }
+
+    /// The address the instruction was accepted at.
+    pub const fn site(&self) -> u64 {
+        self.site
+    }
+
+    /// The instruction, as the codec's [`Insn`] (never [`Insn::Brk`]).
+    pub const fn insn(&self) -> Insn {
+        self.op.insn()
+    }
+
+    /// The instruction's kind (never [`Kind::Brk`]).
+    pub fn kind(&self) -> Kind {
+        self.insn().kind()
+    }
+
+    /// The instruction's length in bytes, always [`INSN_LEN`].
+    #[expect(clippy::len_without_is_empty, reason = "an instruction is never empty")]
+    pub const fn len(&self) -> usize {
+        INSN_LEN
+    }
+
+    /// Makes the CPU whose registers are `regs` behave as if it had executed this instruction at
+    /// its site.
+    ///
+    /// This is what the `BRK` trap handler does for a CPU that hit the guard at [`Listed::site`]
+    /// (so `regs.pc()` is the site) while this instruction was being written there; it has the
+    /// effects of [`Insn::emulate`] (see there for BTI), which cannot fail here: see [`Listed`].
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn emulate(&self, regs: &mut impl Regs) {
+        self.op.emulate(self.site, regs);
+    }
+}
+
 /// Checks that `addr` is 4-byte aligned, as every instruction address must be.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn check_aligned(addr: u64) -> Result<(), InsnError> {
     if addr & ALIGN_MASK == 0 {
         Ok(())
@@ -305,6 +453,8 @@ fn imm26(site: u64, target: u64) -> Result<u32, InsnError> {
 }
 
 /// The target of the `B` or `BL` word `word` at `site`.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn branch_target(site: u64, word: u32) -> u64 {
     // Moving `imm26` to the top of the word and shifting it back arithmetically sign-extends it;
     // stopping the shift two bits early multiplies it by 4.

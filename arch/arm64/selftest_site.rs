@@ -7,7 +7,8 @@
 //! them cannot recurse.
 
 use super::insn::Insn;
-use crate::selftest::TrapSite;
+use crate::arch::TrapSite;
+use crate::insn::InsnError;
 
 /// Returns 0 through its fall-through path: the site is the `NOP` at its entry.
 #[unsafe(naked)]
@@ -28,27 +29,40 @@ extern "C" fn textpoke_selftest_prologue_site() -> u32 {
     core::arch::naked_asm!("mov x9, xzr", "nop", "cmp x9, x30", "cset w0, eq", "ret")
 }
 
-/// The self-test's trap cases. `MOV X9, X30` gets its own: the exerciser installs it once at
-/// load, before anything runs it (the architecture does not allow changing a `MOV` while other
-/// CPUs may execute it), so only this private site, run by one CPU, traps on it.
-pub(crate) static SITES: [TrapSite; 2] = [
+fn b_site() -> u64 {
+    (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64
+}
+
+fn prologue_site() -> u64 {
+    ((textpoke_selftest_prologue_site as extern "C" fn() -> u32) as usize as u64).wrapping_add(4)
+}
+
+/// The self-test's trap cases. `MOV X9, X30` gets its own: a batch changes it only with every
+/// other CPU parked (the architecture does not allow changing a `MOV` while other CPUs may
+/// execute it), so no CPU ever traps on it under load; this private site, run by one CPU, proves
+/// that its emulation is right all the same, should a guard ever stand for it.
+pub(super) static SITES: [TrapSite; 2] = [
     TrapSite {
         name: "trap_emulates_b",
-        addr: || (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64,
+        addr: b_site,
         call: || textpoke_selftest_site(),
-        old: Insn::Nop,
-        new: || Insn::B {
-            target: (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64,
+        change: || -> Result<_, InsnError> {
+            let target = (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64;
+            Ok((
+                Insn::Nop.encode(b_site())?,
+                Insn::B { target }.encode(b_site())?,
+            ))
         },
     },
     TrapSite {
         name: "trap_emulates_mov_x9_x30",
-        addr: || {
-            ((textpoke_selftest_prologue_site as extern "C" fn() -> u32) as usize as u64)
-                .wrapping_add(4)
-        },
+        addr: prologue_site,
         call: || textpoke_selftest_prologue_site(),
-        old: Insn::Nop,
-        new: || Insn::MovX9X30,
+        change: || -> Result<_, InsnError> {
+            Ok((
+                Insn::Nop.encode(prologue_site())?,
+                Insn::MovX9X30.encode(prologue_site())?,
+            ))
+        },
     },
 ];

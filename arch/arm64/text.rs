@@ -2,7 +2,8 @@
 
 //! Writing arm64 text and making every CPU's instruction stream see it.
 
-use crate::series::{Series, TextMutexGuard};
+use super::series::Series;
+use crate::series::TextMutexGuard;
 use kernel::{bindings, ffi::c_void, prelude::*};
 
 /// Writes the 4-byte instruction `bytes` at `addr`, then cleans and invalidates it to the point
@@ -13,7 +14,7 @@ use kernel::{bindings, ffi::c_void, prelude::*};
 /// `DSB ISH`, `ISB`) follows on the executable address. Other CPUs still need a context
 /// synchronization event: that is [`sync_all`]. `text_mutex` is held to keep kprobes, which
 /// arms probes under it, away from the site in between.
-pub(crate) fn write(
+pub(super) fn write(
     series: &Series,
     _held: &TextMutexGuard<'_>,
     addr: u64,
@@ -37,7 +38,13 @@ pub(crate) fn write(
 /// an instruction fetched before the call, and none is still inside a trap handler entered
 /// before it, since BRK handlers run with interrupts masked. The calling CPU synchronized
 /// itself with the `ISB` at the end of `caches_clean_inval_pou()`.
-pub(crate) fn sync_all() {
+pub(super) fn sync_all() {
     // SAFETY: Process context with interrupts enabled, as `kick_all_cpus_sync()` requires.
     unsafe { bindings::kick_all_cpus_sync() };
+}
+
+/// `ISB`: the calling CPU refetches everything after it.
+pub(super) fn sync_local() {
+    // SAFETY: An instruction barrier has no effect but on this CPU's instruction stream.
+    unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
 }

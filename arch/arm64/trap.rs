@@ -1,80 +1,44 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The BRK hook: emulates the pending instruction of a guarded site.
+//! The BRK hook: hands `BRK #0x008` traps to the engine's trap handler.
 //!
 //! `BRK #0x008` at EL1 reaches `call_el1_break_hook()`, which calls the hook registered with
 //! `register_text_poke_brk_hook()` (patch 0005) inside an RCU read-side section. It runs in
-//! debug-exception context with interrupts masked, so it takes no lock, allocates nothing and
-//! prints nothing. Sites are never in textpoke's own text, so nothing this path executes can be
-//! guarded; the entry point is also blacklisted for kprobes (kernel/exports.c).
+//! debug-exception context with interrupts masked, so nothing here takes a lock, allocates or
+//! prints. The hook is blacklisted for kprobes (arch/arm64/helpers.c).
 
-use crate::pt_regs::PtRegs;
-use crate::series::{BrkHook, Series};
-use crate::trap::{self, TrapCpu};
+use super::series::Series;
+use crate::arch::{ArchCase, TrapHandler};
+use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::{
     bindings,
-    ffi::{c_int, c_ulong},
+    ffi::{c_int, c_ulong, c_void},
     prelude::*,
 };
 
-use super::insn::{Insn, Regs};
-
-impl Regs for PtRegs {
-    fn pc(&self) -> u64 {
-        PtRegs::pc(self)
-    }
-    fn set_pc(&mut self, pc: u64) {
-        PtRegs::set_pc(self, pc)
-    }
-    fn x(&self, n: u8) -> u64 {
-        PtRegs::x(self, n)
-    }
-    fn set_x(&mut self, n: u8, v: u64) {
-        PtRegs::set_x(self, n, v)
-    }
-}
-
-/// Handles one guard BRK; `true` if it was at a site of a batch in flight and is now emulated.
-fn handle(regs: &mut PtRegs) -> bool {
-    // On arm64 the exception PC is the BRK itself.
-    let site = PtRegs::pc(regs);
-    let Some(here) = TrapCpu::current() else {
-        return false;
-    };
-    let Some(pending) = here.lookup(site) else {
-        // `BRK #0x008` is only ever ours: if it is gone, emulate what is there now.
-        let Some(now) = trap::vanished_guard(site, super::GUARD) else {
-            return false;
-        };
-        let emulated = Insn::decode(site, now.get(..super::HEAD_LEN).unwrap_or(&[]))
-            .and_then(|insn| insn.emulate(site, regs))
-            .is_ok();
-        if emulated {
-            regs.clear_btype();
-            here.count_vanished();
-        }
-        return emulated;
-    };
-    if pending.insn.emulate(site, regs).is_err() {
-        return false;
-    }
-    // The emulated instruction is not an indirect branch, so it leaves BTYPE clear; the saved
-    // one may be set if the guard was reached by one.
-    regs.clear_btype();
-    here.count(pending.insn.kind() as usize);
-    true
-}
+/// The engine's handler, set while the hook is registered.
+static HANDLER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The hook.
+///
+/// `BRK #0x008` is textpoke's alone (patch 0005 reserves it), so a trap the engine does not
+/// claim is a bug somewhere: the hook reports it (`DBG_HOOK_ERROR`, which makes the kernel die
+/// with "Oops - BRK") rather than resuming a CPU at a breakpoint nobody resolves.
 ///
 /// # Safety
 ///
 /// Called by `call_el1_break_hook()` with the trap's saved registers.
 #[no_mangle]
+#[link_section = ".kprobes.text"]
 unsafe extern "C" fn textpoke_arm64_brk_hook(regs: *mut bindings::pt_regs, _esr: c_ulong) -> c_int {
-    // SAFETY: `regs` is the saved state of the trap being handled, used by nobody else until
-    // we return.
-    if handle(unsafe { PtRegs::from_raw(regs) }) {
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler.is_null() {
+        return bindings::DBG_HOOK_ERROR as c_int;
+    }
+    // SAFETY: `HANDLER` only ever holds a `TrapHandler` (see `TrapHook::register`).
+    let handler = unsafe { core::mem::transmute::<*mut c_void, TrapHandler>(handler) };
+    // SAFETY: `regs` is the saved state of the trap being handled.
+    if unsafe { handler(regs) } {
         bindings::DBG_HOOK_HANDLED as c_int
     } else {
         bindings::DBG_HOOK_ERROR as c_int
@@ -83,16 +47,21 @@ unsafe extern "C" fn textpoke_arm64_brk_hook(regs: *mut bindings::pt_regs, _esr:
 
 /// The registered hook; unregistered when dropped.
 pub(crate) struct TrapHook {
-    unregister: unsafe extern "C" fn(BrkHook),
+    unregister: unsafe extern "C" fn(super::series::BrkHook),
 }
 
 impl TrapHook {
-    /// Claims `BRK #0x008`; `EBUSY` if another patcher holds it.
-    pub(crate) fn register(series: &Series) -> Result<Self> {
+    /// Claims `BRK #0x008` for `handler`; `EBUSY` if another patcher holds it.
+    pub(super) fn register(series: &Series, handler: TrapHandler) -> Result<Self> {
+        // Release: a hook call that sees the handler sees everything it needs initialized.
+        HANDLER.store(handler as *mut c_void, Ordering::Release);
         // SAFETY: The hook is a valid function with the hook signature, and stays in memory
         // until `drop` has unregistered it.
         let ret = unsafe { (series.register_text_poke_brk_hook)(textpoke_arm64_brk_hook) };
-        kernel::error::to_result(ret)?;
+        if let Err(e) = kernel::error::to_result(ret) {
+            HANDLER.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(e);
+        }
         Ok(Self {
             unregister: series.unregister_text_poke_brk_hook,
         })
@@ -104,5 +73,25 @@ impl Drop for TrapHook {
         // SAFETY: Registered in `register`. Unregistering ends with `synchronize_rcu()`, so no CPU
         // runs the hook once this returns.
         unsafe { (self.unregister)(textpoke_arm64_brk_hook) };
+        HANDLER.store(core::ptr::null_mut(), Ordering::Release);
     }
 }
+
+/// Another patcher cannot claim the guard's immediate while textpoke holds it: a second owner
+/// would be handed traps on guards whose pending instructions only textpoke knows.
+fn second_claim_refused(series: &Series) -> Result<(), &'static str> {
+    // SAFETY: As in `TrapHook::register`; if the claim wrongly succeeds, the self-test fails and
+    // the load is refused, which unregisters the hook before the module goes away.
+    let ret = unsafe { (series.register_text_poke_brk_hook)(textpoke_arm64_brk_hook) };
+    match kernel::error::to_result(ret) {
+        Err(e) if e == EBUSY => Ok(()),
+        Err(_) => Err("second claim refused with an errno other than EBUSY"),
+        Ok(()) => Err("a second claim of the guard immediate succeeded"),
+    }
+}
+
+/// The self-test's arm64-only cases.
+pub(super) static SELFTEST_CASES: [ArchCase<Series>; 1] = [ArchCase {
+    name: "brk_immediate_claimed_once",
+    run: second_claim_refused,
+}];

@@ -11,6 +11,12 @@
 //! Linux uses on x86-64, so that a decoded site can be trusted to be one of them. The file is
 //! compiled both into the kernel module and into the host crate `textpoke-core`, so it uses only
 //! `core`, never allocates and never panics; all address arithmetic wraps, as the CPU's does.
+//!
+//! The decoder also understands `INT3`, which is no instruction a poke may write or find at a
+//! site. What the engine patches goes through [`Listed::accept`] instead: it accepts exactly the
+//! instructions `textpoke.h` lists (NOP2, NOP5, `JMP rel8`, `JMP rel32`, `CALL rel32`, `RET`
+//! padded with `INT3`), and the [`Listed`] it returns is the only thing the trap handler needs to
+//! emulate, infallibly.
 
 #![deny(
     clippy::arithmetic_side_effects,
@@ -219,6 +225,8 @@ impl Insn {
     /// instruction, with [`InsnError::LengthMismatch`] if the instruction is shorter than `bytes`
     /// (a `RET` followed only by `INT3` padding is a [`Insn::Ret`] of the whole length instead),
     /// and with [`InsnError::Unsupported`] if `bytes` does not start with a supported instruction.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     pub fn decode(site: u64, bytes: &[u8]) -> Result<Insn, InsnError> {
         let (&opcode, rest) = bytes.split_first().ok_or(InsnError::Truncated)?;
         match opcode {
@@ -264,6 +272,8 @@ impl Insn {
     /// leaves `regs` and `stack` untouched, if the instruction cannot be encoded at `site` (see
     /// [`Insn::encode`]) or is [`Insn::Int3`]: that is someone else's breakpoint, which the kernel
     /// must deliver rather than skip.
+    ///
+    /// [`Listed::emulate`] is the infallible form of this for instructions accepted at their site.
     pub fn emulate(
         &self,
         site: u64,
@@ -271,14 +281,69 @@ impl Insn {
         stack: &mut impl Stack,
     ) -> Result<(), InsnError> {
         // Only an instruction that can exist at `site` has well-defined effects.
-        let encoded = self.encode(site)?;
-        match *self {
-            Insn::Int3 => return Err(InsnError::Unsupported),
-            Insn::Nop2 | Insn::Nop5 => {
-                regs.set_ip(end_of(site, encoded.len()));
-            }
-            Insn::JmpRel8 { target } | Insn::JmpRel32 { target } => regs.set_ip(target),
-            Insn::CallRel32 { target } => {
+        self.encode(site)?;
+        ListedInsn::listed(*self)
+            .ok_or(InsnError::Unsupported)?
+            .emulate(site, regs, stack);
+        Ok(())
+    }
+}
+
+/// An instruction `textpoke.h` lists for x86-64: an [`Insn`] without [`Insn::Int3`].
+///
+/// It is what a [`Listed`] holds, so that emulating one has no failure case for the compiler to
+/// see, let alone for a CPU to hit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum ListedInsn {
+    Nop2,
+    Nop5,
+    JmpRel8 { target: u64 },
+    JmpRel32 { target: u64 },
+    CallRel32 { target: u64 },
+    Ret { len: u8 },
+}
+
+impl ListedInsn {
+    /// The listed instruction `insn` is, or `None` if the header does not list it.
+    ///
+    /// A [`Insn::Ret`] is listed whatever its `len`: the callers only pass decoded or encodable
+    /// ones, whose `len` is valid.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    const fn listed(insn: Insn) -> Option<ListedInsn> {
+        // No wildcard: an instruction added to the decoder must be classified here.
+        match insn {
+            Insn::Int3 => None,
+            Insn::Nop2 => Some(ListedInsn::Nop2),
+            Insn::Nop5 => Some(ListedInsn::Nop5),
+            Insn::JmpRel8 { target } => Some(ListedInsn::JmpRel8 { target }),
+            Insn::JmpRel32 { target } => Some(ListedInsn::JmpRel32 { target }),
+            Insn::CallRel32 { target } => Some(ListedInsn::CallRel32 { target }),
+            Insn::Ret { len } => Some(ListedInsn::Ret { len }),
+        }
+    }
+
+    /// The instruction as the codec's [`Insn`].
+    const fn insn(self) -> Insn {
+        match self {
+            ListedInsn::Nop2 => Insn::Nop2,
+            ListedInsn::Nop5 => Insn::Nop5,
+            ListedInsn::JmpRel8 { target } => Insn::JmpRel8 { target },
+            ListedInsn::JmpRel32 { target } => Insn::JmpRel32 { target },
+            ListedInsn::CallRel32 { target } => Insn::CallRel32 { target },
+            ListedInsn::Ret { len } => Insn::Ret { len },
+        }
+    }
+
+    /// Makes `regs` and `stack` behave as if the CPU had executed this instruction at `site`.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    fn emulate(self, site: u64, regs: &mut impl Regs, stack: &mut impl Stack) {
+        match self {
+            ListedInsn::Nop2 => regs.set_ip(end_of(site, NOP2_BYTES.len())),
+            ListedInsn::Nop5 => regs.set_ip(end_of(site, NOP5_BYTES.len())),
+            ListedInsn::JmpRel8 { target } | ListedInsn::JmpRel32 { target } => regs.set_ip(target),
+            ListedInsn::CallRel32 { target } => {
                 // The push below the interrupted stack pointer is safe: for an `INT3` from kernel
                 // mode, the entry code (the X86_TRAP_BP case of `idtentry` in
                 // arch/x86/entry/entry_64.S) copies the exception frame 6 words lower to "create
@@ -286,21 +351,102 @@ impl Insn {
                 // pushed word cannot overwrite `pt_regs`. A trap emulates a single instruction,
                 // so it pushes one word, well within the gap.
                 let sp = regs.sp().wrapping_sub(WORD);
-                stack.write_u64(sp, end_of(site, encoded.len()));
+                stack.write_u64(sp, end_of(site, REL32_LEN));
                 regs.set_sp(sp);
                 regs.set_ip(target);
             }
-            Insn::Ret { .. } => {
+            ListedInsn::Ret { .. } => {
                 let sp = regs.sp();
                 regs.set_ip(stack.read_u64(sp));
                 regs.set_sp(sp.wrapping_add(WORD));
             }
         }
-        Ok(())
+    }
+}
+
+/// An instruction that `textpoke.h` lists, accepted at the site it was found at or is to be
+/// written to.
+///
+/// Only [`Listed::accept`] builds one, and it accepts exactly the listed instructions, with the
+/// encodings Linux uses: NOP2 (`66 90`), NOP5 (`0f 1f 44 00 00`), `JMP rel8`, `JMP rel32`,
+/// `CALL rel32`, and `RET` padded with `INT3` to 1 to [`MAX_INSN_LEN`] bytes. The engine calls it
+/// both for a site's current instruction when the site is registered and for each new
+/// instruction a batch adds, and keeps the result for the trap handler. A guard hit whose pending
+/// instruction cannot be emulated is therefore impossible by construction: [`Listed::emulate`]
+/// has no error to return, because a `Listed` never holds an `INT3` (its variants exclude it),
+/// and its branch target or `RET` length was decoded from bytes at its own site, so it encodes
+/// there.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Listed {
+    /// The instruction's address.
+    site: u64,
+    /// The instruction, as decoded from its bytes at `site`.
+    op: ListedInsn,
+}
+
+impl Listed {
+    /// Accepts `bytes`, found at or to be written to address `site`, if they are exactly one of
+    /// the instructions `textpoke.h` lists.
+    ///
+    /// Fails with [`InsnError::Truncated`] if `bytes` is empty or a strict prefix of a listed
+    /// instruction, with [`InsnError::LengthMismatch`] if `bytes` starts with a listed
+    /// instruction but is longer (a `RET` followed only by `INT3` padding is a padded `RET`
+    /// instead), and with [`InsnError::Unsupported`] for everything else: anything starting with
+    /// `INT3` (the guard, or someone's breakpoint), other NOP encodings, prefixed branches, and
+    /// anything else the decoder understands.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
+        // No listed instruction starts with `INT3`, so bytes that do are no listed instruction
+        // of another length either.
+        if bytes.first() == Some(&GUARD) {
+            return Err(InsnError::Unsupported);
+        }
+        let op = ListedInsn::listed(Insn::decode(site, bytes)?).ok_or(InsnError::Unsupported)?;
+        // INVARIANT: `op` is what `bytes` are at `site` (the decoder reads exactly the encodings
+        // `Insn::encode` writes), so it encodes at `site` and emulating it there is what the CPU
+        // would do executing `bytes` there.
+        Ok(Listed { site, op })
+    }
+
+    /// The address the instruction was accepted at.
+    pub const fn site(&self) -> u64 {
+        self.site
+    }
+
+    /// The instruction, as the codec's [`Insn`] (never [`Insn::Int3`]).
+    pub const fn insn(&self) -> Insn {
+        self.op.insn()
+    }
+
+    /// The instruction's kind (never [`Kind::Int3`]).
+    pub fn kind(&self) -> Kind {
+        self.insn().kind()
+    }
+
+    /// The instruction's length in bytes, `RET` padding included.
+    #[expect(clippy::len_without_is_empty, reason = "an instruction is never empty")]
+    pub const fn len(&self) -> usize {
+        self.insn().len()
+    }
+
+    /// Makes the CPU whose registers are `regs` behave as if it had executed this instruction at
+    /// its site, with `stack` its stack.
+    ///
+    /// This is what the `INT3` trap handler does for a CPU that hit the guard at
+    /// [`Listed::site`] (so `regs.ip()` is the site plus 1) while this instruction was being
+    /// written there; it has the effects of [`Insn::emulate`], which cannot fail here: see
+    /// [`Listed`].
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    pub fn emulate(&self, regs: &mut impl Regs, stack: &mut impl Stack) {
+        self.op.emulate(self.site, regs, stack);
     }
 }
 
 /// The address right after an instruction of `len` bytes at `site`.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn end_of(site: u64, len: usize) -> u64 {
     // `len` is at most `MAX_INSN_LEN`, so the conversion cannot truncate.
     site.wrapping_add(len as u64)
@@ -313,6 +459,8 @@ fn displacement(site: u64, len: usize, target: u64) -> i64 {
 }
 
 /// The target of a branch of `len` bytes at `site` with displacement `rel`.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn branch_target(site: u64, len: usize, rel: i64) -> u64 {
     end_of(site, len).wrapping_add(rel as u64)
 }
@@ -326,6 +474,8 @@ fn encode_rel32(opcode: u8, site: u64, target: u64) -> Result<InsnBytes, InsnErr
 }
 
 /// Decodes the target of the 5-byte `opcode rel32` branch `bytes` at `site`.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn decode_rel32(site: u64, bytes: &[u8]) -> Result<u64, InsnError> {
     exact_len(bytes, REL32_LEN)?;
     let rel: [u8; 4] = bytes
@@ -340,6 +490,8 @@ fn decode_rel32(site: u64, bytes: &[u8]) -> Result<u64, InsnError> {
 }
 
 /// Checks that an instruction of `len` bytes fills `bytes` exactly.
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn exact_len(bytes: &[u8], len: usize) -> Result<(), InsnError> {
     match bytes.len() {
         n if n < len => Err(InsnError::Truncated),
@@ -352,9 +504,16 @@ fn exact_len(bytes: &[u8], len: usize) -> Result<(), InsnError> {
 ///
 /// Returns `Ok(false)` if the bytes differ from the pattern where both have bytes, and otherwise
 /// the error of [`exact_len`], so that a strict prefix of the pattern is [`InsnError::Truncated`].
+// Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+#[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
 fn matches_fixed(bytes: &[u8], pattern: &[u8]) -> Result<bool, InsnError> {
-    if bytes.iter().zip(pattern).any(|(b, p)| b != p) {
-        return Ok(false);
+    // An index loop rather than an iterator adapter or a slice comparison: on the trap path
+    // nothing may call out of the kprobe-refused code (core's generic iterator functions, or
+    // memcmp).
+    for i in 0..bytes.len().min(pattern.len()) {
+        if bytes.get(i) != pattern.get(i) {
+            return Ok(false);
+        }
     }
     exact_len(bytes, pattern.len()).map(|()| true)
 }

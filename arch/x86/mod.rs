@@ -3,47 +3,136 @@
 //! x86-64: `INT3` guards, `text_poke()` writes, serializing IPIs and the `INT3` trap hook.
 
 pub mod insn;
-pub(crate) mod selftest_site;
+mod regs;
+mod selftest_site;
+mod series;
 mod text;
 mod trap;
 
-pub(crate) use insn::{Insn, Kind};
-pub(crate) use text::{sync_all, write};
-pub(crate) use trap::TrapHook;
+use crate::arch::{Arch, ArchCase, TrapHandler, TrapSite};
+use crate::insn::{InsnBytes, InsnError, Op};
+use crate::pt_regs::PtRegs;
+use crate::series::{Resolver, TextMutexGuard};
+use insn::{Insn, Kind, Listed};
+use kernel::prelude::*;
 
-/// The planner's name for this arch.
-pub(crate) const PLAN_ARCH: crate::plan::Arch = crate::plan::Arch::X86;
+/// x86-64.
+pub(crate) struct This;
 
-/// The guard as written over a site: `INT3` over its first byte.
-pub(crate) const GUARD: &[u8] = &[insn::GUARD];
+/// The kind names, in `Kind` order.
+const KIND_NAMES: [&str; Kind::ALL.len()] = {
+    let mut names = [""; Kind::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Kind::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
-/// How much of a new instruction [`crate::plan::Step::WriteHead`] writes: the first byte, the
-/// tail having been written (and synced) before.
-pub(crate) const HEAD_LEN: usize = 1;
+impl Arch for This {
+    const PLAN: crate::plan::Arch = crate::plan::Arch::X86;
+    // `INT3` over a site's first byte.
+    const GUARD: &'static [u8] = &[insn::GUARD];
+    // The first byte: the tail was written (and synced) before.
+    const HEAD_LEN: usize = 1;
+    const KIND_NAMES: &'static [&'static str] = &KIND_NAMES;
 
-/// Whether `bytes`, as a new instruction, would be indistinguishable from a guard.
-pub(crate) fn is_guard(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&insn::GUARD)
-}
+    type Insn = Listed;
+    type Series = series::Series;
+    type TrapHook = trap::TrapHook;
 
-/// The x86 instruction for a generic operation of the C API (`enum textpoke_op`).
-pub(crate) fn insn_for(
-    op: crate::api::Op,
-    target: u64,
-    len: usize,
-) -> Result<Insn, crate::insn::InsnError> {
-    use crate::api::Op;
-    use crate::insn::InsnError;
-    match (op, len) {
-        (Op::Nop, 2) => Ok(Insn::Nop2),
-        (Op::Nop, 5) => Ok(Insn::Nop5),
-        (Op::Jmp, 2) => Ok(Insn::JmpRel8 { target }),
-        (Op::Jmp, 5) => Ok(Insn::JmpRel32 { target }),
-        (Op::Call, 5) => Ok(Insn::CallRel32 { target }),
-        (Op::Ret, _) => u8::try_from(len)
-            .map(|len| Insn::Ret { len })
-            .map_err(|_| InsnError::LengthMismatch),
-        (Op::MovX9X30, _) => Err(InsnError::Unsupported),
-        _ => Err(InsnError::LengthMismatch),
+    fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
+        Listed::accept(site, bytes)
+    }
+
+    #[link_section = ".kprobes.text"]
+    fn kind(insn: &Listed) -> usize {
+        insn.kind() as usize
+    }
+
+    fn encode(op: Op, site: u64, target: u64, len: usize) -> Result<InsnBytes, InsnError> {
+        let insn = match (op, len) {
+            (Op::Nop, 2) => Insn::Nop2,
+            (Op::Nop, 5) => Insn::Nop5,
+            (Op::Jmp, 2) => Insn::JmpRel8 { target },
+            (Op::Jmp, 5) => Insn::JmpRel32 { target },
+            (Op::Call, 5) => Insn::CallRel32 { target },
+            (Op::Ret, _) => Insn::Ret {
+                len: u8::try_from(len).map_err(|_| InsnError::LengthMismatch)?,
+            },
+            (Op::MovX9X30, _) => return Err(InsnError::Unsupported),
+            _ => return Err(InsnError::LengthMismatch),
+        };
+        insn.encode(site)
+    }
+
+    fn is_guard(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&insn::GUARD)
+    }
+
+    fn must_park(_old: &InsnBytes, _new: &InsnBytes) -> bool {
+        // Every listed instruction may be guarded: `INT3` over the first byte, emulated.
+        false
+    }
+
+    fn resolve(r: &mut Resolver) -> Option<series::Series> {
+        series::Series::resolve(r)
+    }
+
+    fn write(
+        series: &series::Series,
+        held: &TextMutexGuard<'_>,
+        addr: u64,
+        bytes: &[u8],
+    ) -> Result {
+        text::write(series, held, addr, bytes)
+    }
+
+    fn sync_all() {
+        text::sync_all()
+    }
+
+    fn sync_local() {
+        text::sync_local()
+    }
+
+    fn register_trap_hook(
+        _series: &series::Series,
+        handler: TrapHandler,
+    ) -> Result<trap::TrapHook> {
+        trap::TrapHook::register(handler)
+    }
+
+    #[link_section = ".kprobes.text"]
+    fn trap_site(regs: &PtRegs) -> u64 {
+        // `ip` points after the one-byte `INT3`.
+        insn::Regs::ip(regs).wrapping_sub(1)
+    }
+
+    #[link_section = ".kprobes.text"]
+    fn emulate(insn: &Listed, regs: &mut PtRegs) {
+        // SAFETY: A `PtRegs` only exists as the saved registers of the trap being handled
+        // (`PtRegs::from_raw`), and emulation starts from them as they were saved.
+        let mut stack = unsafe { trap::KernelStack::new(regs) };
+        insn.emulate(regs, &mut stack);
+    }
+
+    #[link_section = ".kprobes.text"]
+    fn resume_replaced(site: u64, now: &[u8], regs: &mut PtRegs) -> bool {
+        trap::resume_replaced(site, now, regs)
+    }
+
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    fn skip_trap(_regs: &mut PtRegs) {
+        // `ip` already points after the one-byte `INT3`.
+    }
+
+    fn selftest_sites() -> &'static [TrapSite] {
+        &selftest_site::SITES
+    }
+
+    fn selftest_cases() -> &'static [ArchCase<series::Series>] {
+        &[]
     }
 }

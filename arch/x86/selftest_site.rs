@@ -7,28 +7,57 @@
 //! them cannot recurse.
 
 use super::insn::Insn;
-use crate::selftest::TrapSite;
+use crate::arch::TrapSite;
+use crate::insn::InsnError;
+
+// Neither function is called through a pointer (the self-test calls the site's function
+// directly, and the site jumps to the other once patched), so neither needs an ENDBR64 where the
+// kernel has indirect-branch tracking. Both addresses are taken, though, which objtool --ibt
+// flags unless told that they are no indirect branch targets: `.discard.noendbr`, the kernel's
+// ANNOTATE_NOENDBR (include/linux/objtool.h).
 
 /// Returns 0 through its fall-through path: the site is a 5-byte NOP at its entry.
 #[unsafe(naked)]
 extern "C" fn textpoke_selftest_site() -> u32 {
-    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "xor eax, eax", "ret")
+    core::arch::naked_asm!(
+        "2:",
+        ".pushsection .discard.noendbr, \"a\"",
+        ".long 2b",
+        ".popsection",
+        ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+        "xor eax, eax",
+        "ret",
+    )
 }
 
 /// Returns 1: the target the site jumps to once patched.
 #[unsafe(naked)]
 extern "C" fn textpoke_selftest_taken() -> u32 {
-    core::arch::naked_asm!("mov eax, 1", "ret")
+    core::arch::naked_asm!(
+        "2:",
+        ".pushsection .discard.noendbr, \"a\"",
+        ".long 2b",
+        ".popsection",
+        "mov eax, 1",
+        "ret",
+    )
+}
+
+fn site() -> u64 {
+    (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64
 }
 
 /// The self-test's trap cases. Every x86 kind is also trapped under load by the exerciser; one
 /// private site is enough to prove the path at load time.
-pub(crate) static SITES: [TrapSite; 1] = [TrapSite {
+pub(super) static SITES: [TrapSite; 1] = [TrapSite {
     name: "trap_emulates_jmp_rel32",
-    addr: || (textpoke_selftest_site as extern "C" fn() -> u32) as usize as u64,
+    addr: site,
     call: || textpoke_selftest_site(),
-    old: Insn::Nop5,
-    new: || Insn::JmpRel32 {
-        target: (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64,
+    change: || -> Result<_, InsnError> {
+        let target = (textpoke_selftest_taken as extern "C" fn() -> u32) as usize as u64;
+        Ok((
+            Insn::Nop5.encode(site())?,
+            Insn::JmpRel32 { target }.encode(site())?,
+        ))
     },
 }];

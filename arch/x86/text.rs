@@ -2,15 +2,16 @@
 
 //! Writing x86 text and making every CPU's instruction stream see it.
 
+use super::series::Series;
 use crate::cpu;
-use crate::series::{Series, TextMutexGuard};
+use crate::series::TextMutexGuard;
 use kernel::{ffi::c_void, prelude::*};
 
 /// Writes `bytes` at `addr` with `text_poke()`: through a private mm, never a writable alias.
 ///
 /// Holding `text_mutex` (the guard) is what `text_poke()` asserts, and serializes with every
 /// in-kernel poker. x86 writes cannot fail once the site is validated module text.
-pub(crate) fn write(
+pub(super) fn write(
     series: &Series,
     _held: &TextMutexGuard<'_>,
     addr: u64,
@@ -30,7 +31,13 @@ pub(crate) fn write(
 }
 
 extern "C" {
-    fn textpoke_helper_sync_core();
+    fn textpoke_x86_sync_core();
+}
+
+/// Serializes the calling CPU's instruction stream (`sync_core()`).
+pub(super) fn sync_local() {
+    // SAFETY: `sync_core()` only serializes this CPU's instruction stream.
+    unsafe { textpoke_x86_sync_core() };
 }
 
 /// The IPI callback of [`sync_all`].
@@ -39,8 +46,7 @@ extern "C" {
 ///
 /// Called by `on_each_cpu_cond_mask()` in interrupt context; takes no data.
 unsafe extern "C" fn do_sync_core(_info: *mut c_void) {
-    // SAFETY: `sync_core()` only serializes this CPU's instruction stream.
-    unsafe { textpoke_helper_sync_core() };
+    sync_local();
 }
 
 /// Serializes every online CPU (an IPI running `sync_core()`), and waits for all of them.
@@ -48,7 +54,7 @@ unsafe extern "C" fn do_sync_core(_info: *mut c_void) {
 /// Afterwards no CPU executes anything it fetched before the call, and none is still inside a
 /// trap handler entered before it: handlers run with interrupts off, so the IPI waits for them.
 /// This is `text_poke_sync()`, which 6.12 does not export.
-pub(crate) fn sync_all() {
+pub(super) fn sync_all() {
     // SAFETY: `do_sync_core` is safe in interrupt context and takes no data; the batch path runs
     // in process context with interrupts enabled.
     unsafe { cpu::on_each_cpu(do_sync_core, core::ptr::null_mut()) };

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The `INT3` hook: a die notifier that emulates the pending instruction of a guarded site.
+//! The `INT3` hook: a die notifier that hands kernel-mode `INT3`s to the engine's trap handler.
 //!
 //! A kernel-mode `INT3` reaches die notifiers after `poke_int3_handler()` (the kernel's own
 //! batches), kgdb and kprobes have declined it (arch/x86/kernel/traps.c `exc_int3`). The
-//! notifier runs with interrupts off in NMI-like context, so it takes no lock, allocates
-//! nothing and prints nothing: it looks the address up in the pending table (wait-free),
-//! emulates, counts, and returns. Sites are never in textpoke's own text, so nothing this path
-//! executes can be guarded; the entry point is also blacklisted for kprobes (kernel/exports.c).
+//! notifier runs with interrupts off in NMI-like context, so nothing here takes a lock,
+//! allocates or prints. The callback and the helper it calls are blacklisted for kprobes
+//! (arch/x86/helpers.c).
 
+use super::insn::{Listed, Stack};
+
+use crate::arch::TrapHandler;
 use crate::pt_regs::PtRegs;
-use crate::trap::{self, TrapCpu};
+use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::{
     bindings,
     ffi::{c_int, c_ulong, c_void},
@@ -18,83 +20,84 @@ use kernel::{
     types::Opaque,
 };
 
-use super::insn::{Insn, Regs, Stack};
-
 extern "C" {
     fn register_die_notifier(nb: *mut bindings::notifier_block) -> c_int;
     fn unregister_die_notifier(nb: *mut bindings::notifier_block) -> c_int;
-    fn textpoke_helper_kernel_int3_regs(val: c_ulong, data: *mut c_void) -> *mut bindings::pt_regs;
+    fn textpoke_x86_kernel_int3_regs(val: c_ulong, data: *mut c_void) -> *mut bindings::pt_regs;
 }
 
-impl Regs for PtRegs {
-    fn ip(&self) -> u64 {
-        PtRegs::ip(self)
-    }
-    fn set_ip(&mut self, ip: u64) {
-        PtRegs::set_ip(self, ip)
-    }
-    fn sp(&self) -> u64 {
-        PtRegs::sp(self)
-    }
-    fn set_sp(&mut self, sp: u64) {
-        PtRegs::set_sp(self, sp)
-    }
+/// The interrupted kernel stack of the trap being handled, as `CALL` and `RET` emulation see it.
+///
+/// # Invariants
+///
+/// `sp` is the stack pointer the trap interrupted, on a mapped kernel stack with the 6-word
+/// gap the `#BP` entry code leaves below it.
+pub(super) struct KernelStack {
+    sp: u64,
 }
 
-/// The interrupted kernel stack, as `CALL` and `RET` emulation see it.
-struct KernelStack;
+/// Size of one stack slot.
+const WORD: u64 = 8;
+
+impl KernelStack {
+    /// The stack of the kernel-mode trap whose registers are `regs`.
+    ///
+    /// # Safety
+    ///
+    /// `regs` must be the saved registers of a kernel-mode `INT3` being handled, as they were
+    /// when the trap was taken.
+    #[link_section = ".kprobes.text"]
+    pub(super) unsafe fn new(regs: &PtRegs) -> Self {
+        use super::insn::Regs;
+        // INVARIANT: The caller guarantees `regs` is the trap's own state.
+        Self { sp: regs.sp() }
+    }
+}
 
 impl Stack for KernelStack {
+    /// Reads the word at `addr`, if it is the one the interrupted stack pointer points to
+    /// (`RET`'s return address); 0 for any other address.
+    #[link_section = ".kprobes.text"]
     fn read_u64(&self, addr: u64) -> u64 {
-        // SAFETY: Emulation reads only the word at the interrupted stack pointer (`RET`'s
-        // return address), which is mapped kernel stack.
+        if addr != self.sp {
+            return 0;
+        }
+        // SAFETY: By the type invariant, `sp` is the top of a mapped kernel stack.
         unsafe { core::ptr::read(addr as usize as *const u64) }
     }
 
+    /// Writes `value` at `addr`, if it is the word just below the interrupted stack pointer
+    /// (`CALL`'s return address); ignores any other address.
+    #[link_section = ".kprobes.text"]
     fn write_u64(&mut self, addr: u64, value: u64) {
-        // SAFETY: Emulation writes only `CALL`'s return address, one word below the
-        // interrupted stack pointer. For `#BP` from kernel mode the entry code leaves a 6-word
-        // gap below the interrupted stack for exactly this (arch/x86/entry/entry_64.S), and one
-        // push per trap fits.
+        if addr != self.sp.wrapping_sub(WORD) {
+            return;
+        }
+        // SAFETY: By the type invariant, the word below `sp` lies in the 6-word gap the entry
+        // code leaves for exactly this (arch/x86/entry/entry_64.S), above `pt_regs`.
         unsafe { core::ptr::write(addr as usize as *mut u64, value) };
     }
 }
 
-/// Handles one `INT3`; `true` if it was at a site of a batch in flight and is now emulated.
-fn handle(regs: &mut PtRegs) -> bool {
-    // `regs.ip` points after the one-byte `INT3`.
-    let site = PtRegs::ip(regs).wrapping_sub(1);
-    let Some(here) = TrapCpu::current() else {
-        return false;
-    };
-    let Some(pending) = here.lookup(site) else {
-        // An `INT3` that is no longer in memory: if what is there now is an instruction we
-        // know, emulate it; otherwise resume at the site so the CPU executes it itself (what
-        // kprobes used to do with a vanished `INT3`).
-        let Some(now) = trap::vanished_guard(site, super::GUARD) else {
-            return false;
-        };
-        let emulated = [5, 2, 1].into_iter().any(|len| {
-            Insn::decode(site, now.get(..len).unwrap_or(&[]))
-                .and_then(|insn| insn.emulate(site, regs, &mut KernelStack))
-                .is_ok()
-        });
-        if !emulated {
-            regs.set_ip(site);
-        }
-        here.count_vanished();
-        return true;
-    };
-    match pending.insn.emulate(site, regs, &mut KernelStack) {
-        Ok(()) => {
-            here.count(pending.insn.kind() as usize);
-            true
-        }
-        // Batches never carry an instruction emulation refuses (the codec is the same one that
-        // validated it), so this is someone else's business: decline.
-        Err(_) => false,
+/// For a trap at `site` whose guard was replaced by `now`: emulates what is there if it is a
+/// listed instruction, or resumes at the site so that the CPU executes it.
+#[link_section = ".kprobes.text"]
+pub(super) fn resume_replaced(site: u64, now: &[u8], regs: &mut PtRegs) -> bool {
+    use super::insn::Regs;
+    // SAFETY: Called from the trap handler with the trap's own registers.
+    let mut stack = unsafe { KernelStack::new(regs) };
+    let listed = [5, 2, 1]
+        .into_iter()
+        .find_map(|len| Listed::accept(site, now.get(..len)?).ok());
+    match listed {
+        Some(insn) => insn.emulate(regs, &mut stack),
+        None => regs.set_ip(site),
     }
+    true
 }
+
+/// The engine's handler, set while the hook is registered.
+static HANDLER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The die-notifier callback.
 ///
@@ -102,19 +105,22 @@ fn handle(regs: &mut PtRegs) -> bool {
 ///
 /// Called by `notify_die()` with `data` pointing to its `struct die_args`.
 #[no_mangle]
+#[link_section = ".kprobes.text"]
 unsafe extern "C" fn textpoke_x86_int3_notify(
     _nb: *mut bindings::notifier_block,
     val: c_ulong,
     data: *mut c_void,
 ) -> c_int {
     // SAFETY: `data` is the `die_args` of this notification; the helper only reads it.
-    let regs = unsafe { textpoke_helper_kernel_int3_regs(val, data) };
-    if regs.is_null() {
+    let regs = unsafe { textpoke_x86_kernel_int3_regs(val, data) };
+    let handler = HANDLER.load(Ordering::Acquire);
+    if regs.is_null() || handler.is_null() {
         return bindings::NOTIFY_DONE as c_int;
     }
-    // SAFETY: `regs` is the saved state of the trap being handled, used by nobody else until
-    // we return.
-    if handle(unsafe { PtRegs::from_raw(regs) }) {
+    // SAFETY: `HANDLER` only ever holds a `TrapHandler` (see `TrapHook::register`).
+    let handler = unsafe { core::mem::transmute::<*mut c_void, TrapHandler>(handler) };
+    // SAFETY: `regs` is the saved state of the kernel-mode trap being handled.
+    if unsafe { handler(regs) } {
         bindings::NOTIFY_STOP as c_int
     } else {
         bindings::NOTIFY_DONE as c_int
@@ -132,8 +138,9 @@ unsafe impl Send for TrapHook {}
 unsafe impl Sync for TrapHook {}
 
 impl TrapHook {
-    /// Registers the hook ahead of every other die notifier (kgdb's claims any kernel `INT3`).
-    pub(crate) fn register(_series: &crate::series::Series) -> Result<Self> {
+    /// Registers `handler` behind a die notifier ahead of every other one (kgdb's claims any
+    /// kernel `INT3`).
+    pub(super) fn register(handler: TrapHandler) -> Result<Self> {
         let nb = KBox::pin(
             Opaque::new(bindings::notifier_block {
                 notifier_call: Some(textpoke_x86_int3_notify),
@@ -142,8 +149,14 @@ impl TrapHook {
             }),
             GFP_KERNEL,
         )?;
+        // Release: a notifier call that sees the handler sees everything it needs initialized.
+        HANDLER.store(handler as *mut c_void, Ordering::Release);
         // SAFETY: `nb` is pinned and stays alive until `drop` unregisters it.
-        kernel::error::to_result(unsafe { register_die_notifier(nb.get()) })?;
+        let ret = unsafe { register_die_notifier(nb.get()) };
+        if ret != 0 {
+            HANDLER.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(Error::from_errno(ret));
+        }
         Ok(Self { nb })
     }
 }
@@ -154,5 +167,6 @@ impl Drop for TrapHook {
         // includes every notifier call in progress (they run in RCU read-side sections), so no
         // CPU runs our callback once this returns.
         unsafe { unregister_die_notifier(self.nb.get()) };
+        HANDLER.store(core::ptr::null_mut(), Ordering::Release);
     }
 }
