@@ -73,15 +73,26 @@ struct Exerciser {
     shared: Arc<Shared>,
 }
 
+extern "C" {
+    /// The `pool_sites` parameter (samples/helpers.c): sites registered per pool, 0 for all.
+    static textpoke_ex_pool_sites: core::ffi::c_uint;
+}
+
 impl kernel::Module for Exerciser {
     fn init(module: &'static ThisModule) -> Result<Self> {
+        // SAFETY: A module parameter, written only by the module loader before `init` runs.
+        let limit = match unsafe { textpoke_ex_pool_sites } {
+            0 => usize::MAX,
+            n => n as usize,
+        };
         let mut sites = KVVec::new();
         let mut call_functions = 0;
         for p in pool::pools() {
             if p.kind == pool::PoolKind::Call {
+                // The trampoline counts calls from every function of the pool, registered or not.
                 call_functions = p.count;
             }
-            for i in 0..p.count {
+            for i in 0..p.count.min(limit) {
                 sites.push(p.site(i)?, GFP_KERNEL)?;
             }
         }

@@ -3,7 +3,7 @@
  * textpoke_bench: textpoke against the kernel's own text-patching mechanisms, measured in the
  * same boot, on the same kind of sites, under the same load.
  *
- * Modes, each flipping N sites NOP <-> branch at once, REPS times:
+ * Modes, each flipping N sites NOP <-> branch at once:
  *
  *   textpoke      one textpoke batch of N sites (its C API: this module is also the proof
  *                 that the API is usable from C);
@@ -16,15 +16,26 @@
  *   stop_machine  arm64 only: every CPU parked in stop_machine() while one writes all sites
  *                 (what aarch64_insn_patch_text() does, and what was proposed in 2019);
  *   idle          everything but the patching: the baseline of IPIs and stalls that starting
- *                 and stopping the executors costs, which the agent subtracts.
+ *                 and stopping the executors costs, which the host subtracts.
+ *
+ * Each repetition flips from the current state: a mode's sites stay as its last flip left
+ * them, so the guest agent can interleave modes one repetition at a time (textpoke, static
+ * key, textpoke, ...) and each mode alternates between switching on and switching off.
+ * textpoke, nosync and stop_machine share their sites; textpoke refuses (-EIO) to change a
+ * site whose text changed behind its back, so when the others left the sites other than
+ * textpoke last wrote them, its repetition first puts them back, untimed and before the
+ * executors start (with both arm64 modes in every round they never do: nosync undoes
+ * textpoke's flip, stop_machine redoes it).
  *
  * While a mode runs, a kthread on every online CPU executes 64 of the sites in a loop and
  * records the longest gap between two of its executions: the worst stall patching caused.
  *
  * Interface: /sys/kernel/debug/textpoke_bench/{control,result}. Write
  * "run mode=<mode> n=<N> reps=<R>" to control; result then holds one line per repetition:
- * "mode n rep nsecs syncs records max_stall_ns". The guest agent counts IPIs around the command
- * with /proc/interrupts.
+ * "mode n rep nsecs syncs records max_stall_ns on", where on is 1 if the flip switched the
+ * branches on. Write "reset" to switch every site and key off (untimed); a run with another N
+ * than the sites were left at does that first. The guest agent counts IPIs around each
+ * command with /proc/interrupts.
  */
 
 #include <linux/debugfs.h>
@@ -55,17 +66,26 @@
  * site is at a known offset (C functions start with ftrace's call on x86).
  */
 #ifdef CONFIG_X86_64
+#include <asm/ibt.h>
+#include <linux/objtool.h>
 #define SITE_LEN 5
+/* With IBT each function is called through a pointer and starts with ENDBR64: the site follows. */
+#define SITE_OFFSET ENDBR_INSN_SIZE
 asm(".pushsection .text, \"ax\"\n"
     ".balign 32\n"
     ".globl bench_sites\n"
     "bench_sites:\n"
     ".rept " __stringify(MAX_SITES) "\n"
     ".balign 32\n"
+    ASM_ENDBR
+    /* The site's address is taken, but it is no indirect branch target (objtool). */
+    ANNOTATE_NOENDBR
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
     "xorl %eax, %eax\n"
     "ret\n"
-    ".balign 16\n"
+    /* The taken path is 16 bytes after the site (and, like it, no indirect branch target). */
+    ".skip 8, 0xcc\n"
+    ANNOTATE_NOENDBR
     "movl $1, %eax\n"
     "ret\n"
     ".endr\n"
@@ -78,6 +98,7 @@ asm(".pushsection .text, \"ax\"\n"
     ".popsection\n");
 #else
 #define SITE_LEN 4
+#define SITE_OFFSET 0
 asm(".pushsection .text, \"ax\"\n"
     ".balign 32\n"
     ".globl bench_sites\n"
@@ -97,12 +118,12 @@ extern const u8 bench_sites[];
 
 static void *site_addr(int i)
 {
-	return (void *)(bench_sites + (unsigned long)i * STRIDE);
+	return (void *)(bench_sites + (unsigned long)i * STRIDE + SITE_OFFSET);
 }
 
 static int call_site(int i)
 {
-	int (*fn)(void) = site_addr(i);
+	int (*fn)(void) = (void *)(bench_sites + (unsigned long)i * STRIDE);
 
 	return fn();
 }
@@ -161,6 +182,7 @@ static const char *const mode_names[M_COUNT] = {
 struct rep_result {
 	enum mode mode;
 	int n, rep;
+	bool on;
 	u64 nsecs, max_stall;
 	u32 syncs, records;
 };
@@ -170,7 +192,11 @@ static struct {
 	struct rep_result *results;
 	int nresults;
 	u8 on_bytes[MAX_SITES][SITE_LEN], off_bytes[SITE_LEN];
-	bool on;			/* current state of our sites and of the key */
+	/*
+	 * Our sites: the first text_n hold their branch, the others the NOP; textpoke last wrote
+	 * the first tp_n with their branch (its view; nosync and stop_machine change text_n only).
+	 */
+	int text_n, tp_n;
 	/* executors */
 	enum mode exec_mode;
 	int (*const *exec_ref)(void);	/* static_key mode: the key's sites */
@@ -248,7 +274,8 @@ static u64 stop_executors(void)
 	return worst;
 }
 
-static int flip_textpoke(int n, struct rep_result *r)
+/* Writes the first n sites with their branch (on) or the NOP in one textpoke batch. */
+static int flip_textpoke(int n, bool on, struct rep_result *r)
 {
 	struct textpoke_batch_stats stats;
 	struct textpoke_batch *batch;
@@ -258,8 +285,8 @@ static int flip_textpoke(int n, struct rep_result *r)
 	if (ret)
 		return ret;
 	for (i = 0; i < n && !ret; i++)
-		ret = textpoke_batch_add(batch, site_addr(i),
-					 bench.on ? bench.off_bytes : bench.on_bytes[i], SITE_LEN);
+		ret = textpoke_batch_add(batch, THIS_MODULE, site_addr(i),
+					 on ? bench.on_bytes[i] : bench.off_bytes, SITE_LEN);
 	if (!ret)
 		ret = textpoke_batch_commit(batch);
 	if (!ret && !textpoke_batch_stats(batch, &stats)) {
@@ -284,18 +311,19 @@ static int write_site(int i, bool on)
 	return ret;
 }
 
-static int flip_nosync(int n)
+static int flip_nosync(int n, bool on)
 {
 	int i, ret = 0;
 
 	for (i = 0; i < n && !ret; i++)
-		ret = write_site(i, !bench.on);
+		ret = write_site(i, on);
 	kick_all_cpus_sync();
 	return ret;
 }
 
 struct stop_args {
 	int n;
+	bool on;
 	atomic_t cpus;
 	int ret;
 };
@@ -308,7 +336,7 @@ static int stop_cb(void *data)
 	/* The last CPU to arrive patches, the others wait: aarch64_insn_patch_text_cb(). */
 	if (atomic_inc_return(&a->cpus) == num_online_cpus()) {
 		for (i = 0; i < a->n && !a->ret; i++)
-			a->ret = write_site(i, !bench.on);
+			a->ret = write_site(i, a->on);
 		atomic_inc(&a->cpus);
 	} else {
 		while (atomic_read(&a->cpus) <= num_online_cpus())
@@ -318,39 +346,98 @@ static int stop_cb(void *data)
 	return 0;
 }
 
-static int flip_stop_machine(int n)
+static int flip_stop_machine(int n, bool on)
 {
-	struct stop_args a = { .n = n, .cpus = ATOMIC_INIT(0) };
+	struct stop_args a = { .n = n, .on = on, .cpus = ATOMIC_INIT(0) };
 	int ret = stop_machine(stop_cb, &a, cpu_online_mask);
 
 	return ret ?: a.ret;
 }
+
+/*
+ * nosync or stop_machine left the sites other than textpoke last wrote them: put textpoke's
+ * view back (untimed), or it would refuse them with -EIO.
+ */
+static int restore_textpoke_view(void)
+{
+	int ret;
+
+	if (bench.text_n == bench.tp_n)
+		return 0;
+	if (bench.tp_n)
+		ret = flip_nosync(bench.tp_n, true);
+	else
+		ret = flip_nosync(bench.text_n, false);
+	if (!ret)
+		bench.text_n = bench.tp_n;
+	return ret;
+}
+#else
+static int restore_textpoke_view(void)
+{
+	/* Only textpoke writes the sites. */
+	return 0;
+}
 #endif
 
-/* Flips the first n sites (or key) the way mode patches; r gets what the flip cost. */
-static int flip(enum mode mode, int n, struct static_key_false *key, struct rep_result *r)
+/* Switches every site and key off, untimed. */
+static int reset_all(void)
+{
+	struct rep_result scratch = {};
+	int i, ret;
+
+	ret = restore_textpoke_view();
+	if (!ret && bench.tp_n) {
+		ret = flip_textpoke(bench.tp_n, false, &scratch);
+		if (!ret)
+			bench.tp_n = bench.text_n = 0;
+	}
+	for (i = 0; i < ARRAY_SIZE(keys); i++)
+		if (static_key_enabled(keys[i].key))
+			static_branch_disable(keys[i].key);
+	return ret;
+}
+
+/* Switches the first n sites (or key) on or off the way mode patches; r gets what it cost. */
+static int flip(enum mode mode, int n, bool on, struct static_key_false *key,
+		struct rep_result *r)
 {
 	switch (mode) {
 	case M_TEXTPOKE:
-		return flip_textpoke(n, r);
+		return flip_textpoke(n, on, r);
 	case M_STATIC_KEY:
-		if (bench.on)
-			static_branch_disable(key);
-		else
+		if (on)
 			static_branch_enable(key);
+		else
+			static_branch_disable(key);
 		return 0;
 #ifdef CONFIG_ARM64
 	case M_NOSYNC:
 		r->syncs = 1;
-		return flip_nosync(n);
+		return flip_nosync(n, on);
 	case M_STOP_MACHINE:
 		r->syncs = 1;
-		return flip_stop_machine(n);
+		return flip_stop_machine(n, on);
 #endif
 	case M_IDLE:
 		return 0;
 	default:
 		return -EINVAL;
+	}
+}
+
+/* Which way the next flip of mode goes: the opposite of where it left its sites. */
+static bool next_state(enum mode mode, struct static_key_false *key)
+{
+	switch (mode) {
+	case M_TEXTPOKE:
+		return !bench.tp_n;
+	case M_STATIC_KEY:
+		return !static_key_enabled(key);
+	case M_IDLE:
+		return false;
+	default:
+		return !bench.text_n;
 	}
 }
 
@@ -375,6 +462,12 @@ static int run_mode(enum mode mode, int n, int reps)
 #endif
 	if (mode == M_STATIC_KEY && !key)
 		return -EINVAL;	/* keys come in sizes 1, 16, 256 and 4096 */
+	/* The sites were left on at another size: start from everything off. */
+	if ((bench.text_n && bench.text_n != n) || (bench.tp_n && bench.tp_n != n)) {
+		ret = reset_all();
+		if (ret)
+			return ret;
+	}
 	results = kcalloc(reps, sizeof(*results), GFP_KERNEL);
 	if (!results)
 		return -ENOMEM;
@@ -382,27 +475,30 @@ static int run_mode(enum mode mode, int n, int reps)
 		struct rep_result *r = &results[rep];
 		u64 start;
 
+		if (mode == M_TEXTPOKE) {
+			ret = restore_textpoke_view();
+			if (ret)
+				break;
+		}
+		r->mode = mode;
+		r->n = n;
+		r->rep = rep;
+		r->on = next_state(mode, key);
 		ret = start_executors(mode, n, ref);
 		if (ret)
 			break;
 		msleep(5);
 		start = local_clock();
-		ret = flip(mode, n, key, r);
+		ret = flip(mode, n, r->on, key, r);
 		r->nsecs = local_clock() - start;
 		msleep(5);
 		r->max_stall = stop_executors();
-		r->mode = mode;
-		r->n = n;
-		r->rep = rep;
-		if (!ret && mode != M_IDLE)
-			bench.on = !bench.on;
-	}
-	/* Leave everything off, so modes do not depend on each other's order. */
-	if (bench.on) {
-		struct rep_result scratch = {};
-
-		flip(mode, n, key, &scratch);
-		bench.on = false;
+		if (ret)
+			break;
+		if (mode == M_TEXTPOKE)
+			bench.tp_n = bench.text_n = r->on ? n : 0;
+		else if (mode == M_NOSYNC || mode == M_STOP_MACHINE)
+			bench.text_n = r->on ? n : 0;
 	}
 	kfree(bench.results);
 	bench.results = results;
@@ -423,6 +519,12 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 	if (copy_from_user(buf, ubuf, len))
 		return -EFAULT;
 	buf[len] = 0;
+	if (sysfs_streq(buf, "reset")) {
+		mutex_lock(&bench.lock);
+		ret = reset_all();
+		mutex_unlock(&bench.lock);
+		return ret ?: len;
+	}
 	if (sscanf(buf, "run mode=%15s n=%d reps=%d", mode_name, &n, &reps) != 3)
 		return -EINVAL;
 	for (mode = 0; mode < M_COUNT; mode++)
@@ -444,13 +546,27 @@ static int result_show(struct seq_file *m, void *v)
 	for (i = 0; i < bench.nresults; i++) {
 		struct rep_result *r = &bench.results[i];
 
-		seq_printf(m, "%s %d %d %llu %u %u %llu\n", mode_names[r->mode], r->n, r->rep,
-			   r->nsecs, r->syncs, r->records, r->max_stall);
+		seq_printf(m, "%s %d %d %llu %u %u %llu %d\n", mode_names[r->mode], r->n, r->rep,
+			   r->nsecs, r->syncs, r->records, r->max_stall, r->on);
 	}
 	mutex_unlock(&bench.lock);
 	return 0;
 }
-DEFINE_SHOW_ATTRIBUTE(result);
+/* Like every debugfs file of textpoke's, root-only and CAP_SYS_ADMIN. */
+static int result_open(struct inode *inode, struct file *file)
+{
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	return single_open(file, result_show, inode->i_private);
+}
+
+static const struct file_operations result_fops = {
+	.owner = THIS_MODULE,
+	.open = result_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
 
 static const struct file_operations control_fops = {
 	.owner = THIS_MODULE,
@@ -498,6 +614,9 @@ static void __exit bench_exit(void)
 	int i;
 
 	debugfs_remove(dir);
+	mutex_lock(&bench.lock);
+	reset_all();
+	mutex_unlock(&bench.lock);
 	for (i = 0; i < MAX_SITES; i++)
 		textpoke_unregister_site(THIS_MODULE, site_addr(i));
 	kfree(bench.results);

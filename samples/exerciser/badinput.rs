@@ -2,8 +2,9 @@
 
 //! Bad input: each case hands the engine one kind of invalid request through its public API
 //! and returns what the engine answered. The control file turns that into `write()`'s errno;
-//! `Ok` means the engine accepted bad input, which the guest agent reports as a failure.
-//! Every case leaves the text as it found it (the agent checks through `/proc/kcore`).
+//! `Ok` means the engine accepted bad input, which the guest agent reports as a failure. The
+//! agent (tools/agent/src/badinput.rs) knows each case's errno, log line and targets, and
+//! checks that the text is as it was (through `/proc/kcore`).
 
 use super::engine_api::{self, Batch, Op, MAX_BATCH};
 use super::pool::{PoolKind, Site};
@@ -13,6 +14,13 @@ use kernel::prelude::*;
 extern "C" {
     /// Any function in textpoke's own text will do: it is the trap path.
     fn textpoke_cpu_traps(cpu: u32) -> u64;
+    fn textpoke_encode(
+        op: kernel::ffi::c_int,
+        site: *const kernel::ffi::c_void,
+        target: *const kernel::ffi::c_void,
+        len: usize,
+        out: *mut u8,
+    ) -> kernel::ffi::c_int;
 }
 
 fn first(shared: &Shared, kind: PoolKind) -> Result<&Site> {
@@ -49,11 +57,21 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
         .filter(|s| s.kind == PoolKind::Branch)
         .nth(1)
         .ok_or(EINVAL)?;
+    if let Some(addr) = name.strip_prefix(b"foreign_add 0x") {
+        // A change at an address that is not (or no longer) a site of this module's: the
+        // engine must refuse it whatever is there.
+        let addr = core::str::from_utf8(addr)
+            .ok()
+            .and_then(|a| u64::from_str_radix(a.trim(), 16).ok())
+            .ok_or(EINVAL)?;
+        return Batch::begin()?.add(addr, site.off());
+    }
     match name {
         b"unregistered" => {
-            // The taken path of a branch function: text of ours, but no site.
+            // In the taken path of a branch function, 16 bytes after its site (the agent
+            // computes the same address from the site's): text of ours, but no site.
             let mut b = Batch::begin()?;
-            b.add(site.func.wrapping_add(16), site.on())
+            b.add(site.addr.wrapping_add(16), site.on())
         }
         b"inside_site" => Batch::begin()?.add(site.addr.wrapping_add(1), site.on()),
         b"engine_text" => {
@@ -102,6 +120,19 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
             second.add(site.addr, site.on())
         }
         b"empty" => Batch::begin()?.commit(),
+        b"unknown_operation" => {
+            let mut out = [0u8; 5];
+            // SAFETY: `out` is valid for writes of `site.len` (at most 5) bytes.
+            kernel::error::to_result(unsafe {
+                textpoke_encode(
+                    99,
+                    site.addr as usize as *const kernel::ffi::c_void,
+                    core::ptr::null(),
+                    site.len,
+                    out.as_mut_ptr(),
+                )
+            })
+        }
         b"too_big" => {
             let mut b = Batch::begin()?;
             let mut sites = shared.sites.iter().filter(|s| s.kind == PoolKind::Branch);
@@ -112,13 +143,22 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
             b.add(extra.addr, extra.on())
         }
         b"commit_twice" => {
+            // Whichever of its instructions the site holds now, change it to the other.
+            let mut now = [0u8; 5];
+            let now = now.get_mut(..site.len).ok_or(EINVAL)?;
+            crate::kernel_text::read(site.addr, now)?;
+            let (there, other) = if *now == *site.on() {
+                (site.on(), site.off())
+            } else {
+                (site.off(), site.on())
+            };
             let mut b = Batch::begin()?;
-            b.add(site.addr, site.on())?;
+            b.add(site.addr, other)?;
             b.commit()?;
             let second = b.commit();
             // Put the site back the way it was.
             let mut undo = Batch::begin()?;
-            undo.add(site.addr, site.off())?;
+            undo.add(site.addr, there)?;
             undo.commit()?;
             second
         }

@@ -25,10 +25,12 @@ struct Commands {
 }
 
 /// The exerciser as the control files see it.
+#[pin_data]
 pub(crate) struct Control {
     shared: Arc<Shared>,
     module: &'static ThisModule,
-    commands: Pin<KBox<Mutex<Commands>>>,
+    #[pin]
+    commands: Mutex<Commands>,
 }
 
 fn parse_index(word: &[u8]) -> Result<usize> {
@@ -45,14 +47,14 @@ impl Control {
             held: None,
             standalone: None,
         };
-        Ok(Arc::new(
-            Self {
+        Arc::pin_init(
+            try_pin_init!(Self {
                 shared,
                 module,
-                commands: KBox::pin_init(new_mutex!(commands), GFP_KERNEL)?,
-            },
+                commands <- new_mutex!(commands),
+            }),
             GFP_KERNEL,
-        )?)
+        )
     }
 
     fn command(&self, line: &[u8]) -> Result {
@@ -204,7 +206,7 @@ impl debugfs::File for ResultFile {
             let calls: u64 = o
                 .executors
                 .iter()
-                .map(|e| e.hits.lock().iter().sum::<u64>())
+                .map(|e| e.hits.lock().last().copied().unwrap_or(0))
                 .sum();
             writeln!(t, "logged {logged}")?;
             writeln!(t, "log_dropped {dropped}")?;
@@ -234,7 +236,7 @@ impl debugfs::File for BatchesFile {
             } else {
                 b.group as i64
             };
-            writeln!(
+            write!(
                 t,
                 "{} {} {} {} {} {} {} {} {} {}",
                 b.poker,
@@ -249,6 +251,10 @@ impl debugfs::File for BatchesFile {
                 b.errno
             )
             .map_err(|_| ENOMEM)?;
+            for (site, on) in b.changes.iter() {
+                write!(t, " {site}:{}", u8::from(*on)).map_err(|_| ENOMEM)?;
+            }
+            t.write_char('\n').map_err(|_| ENOMEM)?;
         }
         Ok(t.0)
     }

@@ -23,6 +23,17 @@ pub(crate) enum Op {
 /// `TEXTPOKE_MAX_BATCH`.
 pub(crate) const MAX_BATCH: usize = 4096;
 
+// This file mirrors kernel/textpoke.h by hand; kernel/exports.c asserts the header's side of
+// the same numbers.
+static_assert!(MAX_BATCH == 4096);
+static_assert!(Op::Jmp as i32 == 1 && Op::Call as i32 == 2 && Op::Ret as i32 == 3);
+static_assert!(Op::MovX9X30 as i32 == 4);
+static_assert!(core::mem::size_of::<BatchStats>() == 24);
+static_assert!(core::mem::offset_of!(BatchStats, sites) == 8);
+static_assert!(core::mem::offset_of!(BatchStats, syncs) == 12);
+static_assert!(core::mem::offset_of!(BatchStats, writes) == 16);
+static_assert!(core::mem::offset_of!(BatchStats, records) == 20);
+
 /// `struct textpoke_batch_stats`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -47,6 +58,7 @@ extern "C" {
     fn textpoke_batch_begin(out: *mut *mut c_void) -> c_int;
     fn textpoke_batch_add(
         batch: *mut c_void,
+        owner: *mut c_void,
         addr: *const c_void,
         insn: *const u8,
         len: usize,
@@ -112,10 +124,19 @@ impl Batch {
         Ok(Self { handle })
     }
 
-    /// Adds the change of the site at `addr` to `insn`.
+    /// Adds the change of this module's site at `addr` to `insn`.
     pub(crate) fn add(&mut self, addr: u64, insn: &[u8]) -> Result {
-        // SAFETY: `handle` is our live batch; `insn` is valid for its length.
-        to_result(unsafe { textpoke_batch_add(self.handle, ptr(addr), insn.as_ptr(), insn.len()) })
+        // SAFETY: `handle` is our live batch; `THIS_MODULE` is this module, alive while it
+        // runs; `insn` is valid for its length.
+        to_result(unsafe {
+            textpoke_batch_add(
+                self.handle,
+                crate::THIS_MODULE.as_ptr().cast(),
+                ptr(addr),
+                insn.as_ptr(),
+                insn.len(),
+            )
+        })
     }
 
     /// Commits the batch.
@@ -125,13 +146,11 @@ impl Batch {
     }
 
     /// What the commit cost.
-    pub(crate) fn stats(&mut self) -> BatchStats {
+    pub(crate) fn stats(&mut self) -> Result<BatchStats> {
         let mut s = BatchStats::default();
         // SAFETY: `handle` is our live batch and `s` is valid for a write.
-        if unsafe { textpoke_batch_stats(self.handle, &mut s) } != 0 {
-            return BatchStats::default();
-        }
-        s
+        to_result(unsafe { textpoke_batch_stats(self.handle, &mut s) })?;
+        Ok(s)
     }
 }
 

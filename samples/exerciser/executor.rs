@@ -38,12 +38,14 @@ pub(crate) struct KindCounters {
 }
 
 /// What one executor keeps.
+#[pin_data]
 pub(crate) struct Executor {
     shared: Arc<Shared>,
     active: Arc<KVec<usize>>,
     cpu: usize,
     /// Logged executions; locked by the executor for its whole run.
-    pub(crate) log: Pin<KBox<Mutex<KVVec<ExecRecord>>>>,
+    #[pin]
+    pub(crate) log: Mutex<KVVec<ExecRecord>>,
     /// Logged executions that did not fit.
     pub(crate) dropped: AtomicU64,
     pub(crate) counters: [KindCounters; KINDS.len()],
@@ -52,13 +54,16 @@ pub(crate) struct Executor {
     /// Executions outside batches that trapped (on a stale guard) and behaved as committed.
     pub(crate) late_traps: AtomicU64,
     /// Calls the trampoline counted, per call-pool function.
-    pub(crate) hits: Pin<KBox<Mutex<KVec<u64>>>>,
+    #[pin]
+    pub(crate) hits: Mutex<KVec<u64>>,
 }
 
 /// Most executions one executor logs per scenario (24 bytes each).
 const LOG_CAPACITY: usize = 1 << 19;
 
-/// Runs `site` once; returns 1 if its `on` instruction's behaviour ran.
+/// Runs `site` once; returns which behaviour ran: 0 its `off` instruction's, 1 its `on`
+/// instruction's, 2 neither (another site's taken path, or a call that reached the trampoline
+/// for another function).
 fn execute(site: &Site, hits: &mut [u64]) -> u8 {
     // SAFETY: `func` is the entry of one of this module's pool functions, all of which have
     // this signature; `hits` is large enough for every call-pool index (the trampoline indexes
@@ -67,11 +72,23 @@ fn execute(site: &Site, hits: &mut [u64]) -> u8 {
         core::mem::transmute::<usize, extern "C" fn(*mut u64) -> u32>(site.func as usize)
     };
     if site.kind == PoolKind::Call {
-        let before = hits.get(site.index_in_pool).copied().unwrap_or(0);
-        f(hits.as_mut_ptr());
-        u8::from(hits.get(site.index_in_pool).copied().unwrap_or(0) != before)
+        // The trampoline also counts every call in the last slot.
+        let total = |h: &[u64]| h.last().copied().unwrap_or(0);
+        let (before, all_before) = (hits.get(site.index_in_pool).copied(), total(hits));
+        let returned = f(hits.as_mut_ptr());
+        let counted = hits.get(site.index_in_pool).copied() != before;
+        let others = total(hits).wrapping_sub(all_before) != u64::from(counted);
+        match (returned, counted, others) {
+            (0, false, false) => 0,
+            (0, true, false) => 1,
+            _ => 2,
+        }
     } else {
-        u8::from(f(core::ptr::null_mut()) != 0)
+        match f(core::ptr::null_mut()) {
+            0 => 0,
+            v if v as usize == site.index_in_pool.wrapping_add(1) => 1,
+            _ => 2,
+        }
     }
 }
 
@@ -122,7 +139,7 @@ fn run(ex: &Executor) {
         };
         let c = &ex.counters[site.kind as usize];
         c.executions.fetch_add(1, Ordering::Relaxed);
-        c.on.fetch_add(u64::from(record.path), Ordering::Relaxed);
+        c.on.fetch_add(u64::from(record.path == 1), Ordering::Relaxed);
         c.trapped.fetch_add(u64::from(trapped), Ordering::Relaxed);
         if before % 2 == 1 || epoch.load(Ordering::Acquire) != before {
             c.windowed.fetch_add(1, Ordering::Relaxed);
@@ -158,23 +175,24 @@ impl Executors {
         let mut state = KVec::new();
         let mut threads = KVec::new();
         for c in cpu::online() {
+            // One counter per call-pool function, and the trampoline's total last.
             let mut hits = KVec::new();
-            hits.extend_with(shared.call_functions, 0u64, GFP_KERNEL)?;
-            let ex = Arc::new(
-                Executor {
-                    shared: shared.clone(),
-                    active: active.clone(),
+            hits.extend_with(shared.call_functions.wrapping_add(1), 0u64, GFP_KERNEL)?;
+            let log = KVVec::with_capacity(LOG_CAPACITY, GFP_KERNEL)?;
+            // The initializer moves what it names: clone outside it.
+            let (shared, active) = (shared.clone(), active.clone());
+            let ex = Arc::pin_init(
+                try_pin_init!(Executor {
+                    shared,
+                    active,
                     cpu: c,
-                    log: KBox::pin_init(
-                        new_mutex!(KVVec::with_capacity(LOG_CAPACITY, GFP_KERNEL)?),
-                        GFP_KERNEL,
-                    )?,
+                    log <- new_mutex!(log),
                     dropped: AtomicU64::new(0),
                     counters: Default::default(),
                     stable_violations: AtomicU64::new(0),
                     late_traps: AtomicU64::new(0),
-                    hits: KBox::pin_init(new_mutex!(hits), GFP_KERNEL)?,
-                },
+                    hits <- new_mutex!(hits),
+                }),
                 GFP_KERNEL,
             )?;
             threads.push(

@@ -3,13 +3,24 @@
 //! The x86-64 site pools: functions laid out at a fixed 32-byte stride, each with one site.
 //!
 //! Every function is called as `extern "C" fn(hits: *mut u64) -> u32` and returns which
-//! instruction its site executed: 0 for the `off` one, 1 for the `on` one. Call sites return
-//! 0 and report through the trampoline instead, which increments `hits[function index]`.
+//! instruction its site executed: 0 for the `off` one, its index in the pool plus 1 for the `on`
+//! one, so that a CPU sent to another function's taken path (a trap handler emulating the wrong
+//! site's instruction) is told apart. Call sites return 0 and report through the trampoline
+//! instead, which increments `hits[function index]`.
 //!
 //! - `jmp32`: `NOP5` (off) / `JMP rel32` to the taken path (on). Static-key style.
 //! - `jmp8`: `NOP2` / `JMP rel8`. Static-key style, short form.
-//! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, 1`.
+//! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, index + 1`.
 //! - `call`: `NOP5` / `CALL` to the trampoline at the function's entry. ftrace style.
+//!
+//! `mov eax, imm32` is spelled as its encoding (`b8` and the immediate) because the immediate
+//! is an assembler expression over the `.rept` counter.
+//!
+//! With indirect-branch tracking (`CONFIG_X86_KERNEL_IBT`) every function, being called through
+//! a pointer, starts with `ENDBR64` and everything after it moves down by [`ENTRY`], as in the
+//! kernel's own functions (whose ftrace site is at +4 then). Taken paths are reached by direct
+//! jumps only and need none. objtool does not seal these ENDBRs (only those at a symbol's start
+//! that nothing references, and the pools' symbols are referenced).
 
 use super::pool::{Pool, PoolKind};
 
@@ -17,11 +28,20 @@ use super::pool::{Pool, PoolKind};
 pub(crate) const JMP32: usize = 4160;
 /// Functions in each of the other pools.
 pub(crate) const SMALL: usize = 256;
+/// Where a function's body starts: after its `ENDBR64` when the kernel has IBT.
+const ENTRY: u64 = if cfg!(CONFIG_X86_KERNEL_IBT) { 4 } else { 0 };
 
 // Each pool is one function symbol as far as the object file goes. objtool cannot follow a
 // jump that exists only once patched, so it would call the taken paths unreachable: the pools
 // are listed as non-standard, which makes objtool skip them (include/linux/objtool.h).
+// `textpoke_ex_entry` starts each function: `ENDBR64` with IBT, nothing without.
 core::arch::global_asm!(
+    ".macro textpoke_ex_entry",
+    ".balign 32",
+    ".if {ibt}",
+    "endbr64",
+    ".endif",
+    ".endm",
     ".macro textpoke_ex_end name",
     ".type \\name, @function",
     ".size \\name, . - \\name",
@@ -33,64 +53,82 @@ core::arch::global_asm!(
     ".balign 32",
     ".globl textpoke_ex_jmp32",
     "textpoke_ex_jmp32:",
+    ".set textpoke_ex_i, 0",
     ".rept {jmp32}",
-    ".balign 32",
+    "textpoke_ex_entry",
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
     "xor eax, eax",
     "ret",
     ".balign 16",
-    "mov eax, 1",
+    ".byte 0xb8",
+    ".long textpoke_ex_i + 1",
     "ret",
+    ".set textpoke_ex_i, textpoke_ex_i + 1",
     ".endr",
     "textpoke_ex_end textpoke_ex_jmp32",
     ".balign 32",
     ".globl textpoke_ex_jmp8",
     "textpoke_ex_jmp8:",
+    ".set textpoke_ex_i, 0",
     ".rept {small}",
-    ".balign 32",
+    "textpoke_ex_entry",
     ".byte 0x66, 0x90",
     "xor eax, eax",
     "ret",
     ".balign 16",
-    "mov eax, 1",
+    ".byte 0xb8",
+    ".long textpoke_ex_i + 1",
     "ret",
+    ".set textpoke_ex_i, textpoke_ex_i + 1",
     ".endr",
     "textpoke_ex_end textpoke_ex_jmp8",
     ".balign 32",
     ".globl textpoke_ex_ret",
     "textpoke_ex_ret:",
+    ".set textpoke_ex_i, 0",
     ".rept {small}",
-    ".balign 32",
-    "mov eax, 1",
+    "textpoke_ex_entry",
+    ".byte 0xb8",
+    ".long textpoke_ex_i + 1",
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
     "xor eax, eax",
     "ret",
+    ".set textpoke_ex_i, textpoke_ex_i + 1",
     ".endr",
     "textpoke_ex_end textpoke_ex_ret",
     ".balign 32",
     ".globl textpoke_ex_call",
     "textpoke_ex_call:",
     ".rept {small}",
-    ".balign 32",
+    "textpoke_ex_entry",
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
     "xor eax, eax",
     "ret",
     ".endr",
     "textpoke_ex_end textpoke_ex_call",
     // The trampoline: counts the call in the caller's `hits` array (rdi, the function's own
-    // first argument) at the index of the function that called it, and preserves every
-    // register and the flags. The return address is the function's entry + 5.
+    // first argument) at the index of the function that called it, and in the array's last
+    // slot, the total; it preserves every register and the flags. The return address is the
+    // function's site + 5. Only direct calls (the patched sites) reach it: no ENDBR, and
+    // objtool is told so (ANNOTATE_NOENDBR, as its address is taken).
     ".balign 32",
     ".globl textpoke_ex_tramp",
     "textpoke_ex_tramp:",
+    ".pushsection .discard.noendbr, \"a\"",
+    ".long textpoke_ex_tramp",
+    ".popsection",
     "pushfq",
     "push rax",
     "push rdx",
     "mov rax, [rsp + 24]",
-    "lea rdx, [rip + textpoke_ex_call + 5]",
+    // Not `textpoke_ex_call + {call_return}` in one go: objtool --ibt would take that reference
+    // to an instruction inside the pool for a function pointer missing its ENDBR.
+    "lea rdx, [rip + textpoke_ex_call]",
     "sub rax, rdx",
+    "sub rax, {call_return}",
     "shr rax, 5",
     "inc qword ptr [rdi + 8 * rax]",
+    "inc qword ptr [rdi + {total}]",
     "pop rdx",
     "pop rax",
     "popfq",
@@ -99,8 +137,12 @@ core::arch::global_asm!(
     ".size textpoke_ex_tramp, . - textpoke_ex_tramp",
     ".popsection",
     ".purgem textpoke_ex_end",
+    ".purgem textpoke_ex_entry",
+    ibt = const ENTRY / 4,
+    call_return = const ENTRY + 5,
     jmp32 = const JMP32,
     small = const SMALL,
+    total = const 8 * SMALL,
 );
 
 extern "C" {
@@ -124,7 +166,7 @@ pub(crate) fn pools() -> [Pool; 4] {
             kind: PoolKind::Branch,
             base: base(&raw const textpoke_ex_jmp32),
             count: JMP32,
-            site_offset: 0,
+            site_offset: ENTRY,
             len: 5,
             taken_offset: 16,
         },
@@ -132,7 +174,7 @@ pub(crate) fn pools() -> [Pool; 4] {
             kind: PoolKind::ShortBranch,
             base: base(&raw const textpoke_ex_jmp8),
             count: SMALL,
-            site_offset: 0,
+            site_offset: ENTRY,
             len: 2,
             taken_offset: 16,
         },
@@ -140,7 +182,7 @@ pub(crate) fn pools() -> [Pool; 4] {
             kind: PoolKind::Ret,
             base: base(&raw const textpoke_ex_ret),
             count: SMALL,
-            site_offset: 5,
+            site_offset: ENTRY + 5,
             len: 5,
             taken_offset: 0,
         },
@@ -148,7 +190,7 @@ pub(crate) fn pools() -> [Pool; 4] {
             kind: PoolKind::Call,
             base: base(&raw const textpoke_ex_call),
             count: SMALL,
-            site_offset: 0,
+            site_offset: ENTRY,
             len: 5,
             taken_offset: 0,
         },

@@ -7,8 +7,10 @@
 //! one ftrace-like group of F call sites. P poker kthreads share the keys (key k belongs to
 //! poker k mod P; the ftrace group to poker 0), and each flips each of its groups N times, one
 //! batch per group and flip: like `static_key_enable()` patching every site of a key at once.
-//! With P > 1, batches of different pokers are in flight at the same time. Every group ends in
-//! its `off` state (one more flip if N is odd), so scenarios can follow each other.
+//! With P > 1, batches of different pokers are in flight at the same time. A flip toggles each
+//! site of the group from wherever it is (scenarios of different shapes share sites): with N odd
+//! a scenario ends with every site in the other state than it started in, so that the text
+//! before and after differs.
 
 use super::engine_api::{self, Batch, BatchStats};
 use super::executor::{Executor, Executors, KINDS};
@@ -77,11 +79,12 @@ const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::ShortBranch, PoolKi
 const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::Ret];
 
 /// One batch of a run.
-#[derive(Clone, Copy)]
 pub(crate) struct BatchRecord {
     pub(crate) poker: usize,
     /// Key index, or `usize::MAX` for the ftrace group.
     pub(crate) group: usize,
+    /// Each site the batch changed, and whether to its `on` instruction (else to `off`).
+    pub(crate) changes: KVec<(usize, bool)>,
     pub(crate) start: u64,
     pub(crate) end: u64,
     pub(crate) stats: BatchStats,
@@ -89,28 +92,37 @@ pub(crate) struct BatchRecord {
     pub(crate) errno: i32,
 }
 
+/// A key, or the ftrace group: sites that change together.
 struct Group {
+    /// Key index, or `usize::MAX` for the ftrace group.
     index: usize,
+    /// The sites, by index.
     sites: KVec<usize>,
 }
 
+#[pin_data]
 struct Poker {
     shared: Arc<Shared>,
     index: usize,
-    groups: KVec<Group>,
+    groups: KVec<usize>,
+    all: Arc<KVec<Group>>,
     flips: usize,
-    batches: Pin<KBox<Mutex<KVec<BatchRecord>>>>,
+    #[pin]
+    batches: Mutex<KVec<BatchRecord>>,
     done: AtomicBool,
     error: AtomicI32,
 }
 
-/// Flips group `g` to `on` in one batch.
-fn flip(p: &Poker, g: &Group, on: bool) -> Result {
+/// Flips every site of group `g` to its other instruction, in one batch.
+fn flip(p: &Poker, g: &Group) -> Result {
     let shared = &p.shared;
     let mut batch = Batch::begin()?;
+    let mut changes = KVec::with_capacity(g.sites.len(), GFP_KERNEL)?;
     for &i in g.sites.iter() {
         let site = shared.sites.get(i).ok_or(EINVAL)?;
+        let on = shared.state.get(i).ok_or(EINVAL)?.load(Ordering::Acquire) == 0;
         batch.add(site.addr, if on { site.on() } else { site.off() })?;
+        changes.push((i, on), GFP_KERNEL)?;
     }
     // Odd epochs tell the executors these sites are changing: they log their executions for the
     // ordering check instead of checking them against the committed state.
@@ -126,7 +138,7 @@ fn flip(p: &Poker, g: &Group, on: bool) -> Result {
     let committed = batch.commit();
     let end = clock::now();
     if committed.is_ok() {
-        for &i in g.sites.iter() {
+        for &(i, on) in changes.iter() {
             if let Some(s) = shared.state.get(i) {
                 s.store(u8::from(on), Ordering::Release);
             }
@@ -136,30 +148,29 @@ fn flip(p: &Poker, g: &Group, on: bool) -> Result {
     let record = BatchRecord {
         poker: p.index,
         group: g.index,
+        changes,
         start,
         end,
-        stats: batch.stats(),
+        stats: batch.stats()?,
         errno: committed.err().map_or(0, engine_api::errno_of),
     };
-    // Nothing to do if the record cannot be kept: the batch itself is done.
-    let _ = p.batches.lock().push(record, GFP_KERNEL);
+    // A batch the record of which is lost would go unchecked: fail the run instead.
+    p.batches.lock().push(record, GFP_KERNEL).map_err(|_| {
+        pr_err!("scenario: no memory to record a batch\n");
+        ENOMEM
+    })?;
     committed
 }
 
 fn poke(p: &Poker) {
     let mut result = Ok(());
-    'flips: for n in 0..p.flips {
-        for g in p.groups.iter() {
-            result = flip(p, g, n % 2 == 0);
+    'flips: for _ in 0..p.flips {
+        for &g in p.groups.iter() {
+            result = p.all.get(g).ok_or(EINVAL).and_then(|g| flip(p, g));
             if result.is_err() {
                 break 'flips;
             }
             crate::cpu::cond_resched();
-        }
-    }
-    if result.is_ok() && p.flips % 2 == 1 {
-        for g in p.groups.iter() {
-            result = result.and_then(|()| flip(p, g, false));
         }
     }
     if let Err(e) = result {
@@ -237,18 +248,19 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     }
 
     // Hand the groups out to the pokers: keys round-robin, the ftrace group to poker 0.
-    let mut per_poker: KVec<KVec<Group>> = KVec::new();
+    let mut per_poker: KVec<KVec<usize>> = KVec::new();
     for _ in 0..spec.pokers {
         per_poker.push(KVec::new(), GFP_KERNEL)?;
     }
-    for g in groups {
+    for (i, g) in groups.iter().enumerate() {
         let p = if g.index == usize::MAX {
             0
         } else {
             g.index.checked_rem(spec.pokers).unwrap_or(0)
         };
-        per_poker.get_mut(p).ok_or(EINVAL)?.push(g, GFP_KERNEL)?;
+        per_poker.get_mut(p).ok_or(EINVAL)?.push(i, GFP_KERNEL)?;
     }
+    let groups = Arc::new(groups, GFP_KERNEL)?;
 
     let start = clock::now();
     let executors = Executors::start(shared, Arc::new(active, GFP_KERNEL)?)?;
@@ -256,17 +268,21 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     kthread::sleep_ms(20);
     let mut pokers = KVec::new();
     let mut threads = KVec::new();
+    let groups_all = groups.clone();
     for (index, groups) in per_poker.into_iter().enumerate() {
-        let p = Arc::new(
-            Poker {
-                shared: shared.clone(),
+        // The initializer moves what it names: clone outside it.
+        let (shared, all) = (shared.clone(), groups_all.clone());
+        let p = Arc::pin_init(
+            try_pin_init!(Poker {
+                shared,
                 index,
                 groups,
+                all,
                 flips: spec.flips,
-                batches: KBox::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+                batches <- new_mutex!(KVec::new()),
                 done: AtomicBool::new(false),
                 error: AtomicI32::new(0),
-            },
+            }),
             GFP_KERNEL,
         )?;
         threads.push(
@@ -286,7 +302,10 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     let mut batches = KVec::new();
     let mut errno = 0;
     for p in pokers.iter() {
-        batches.extend_from_slice(&p.batches.lock(), GFP_KERNEL)?;
+        let mine = core::mem::replace(&mut *p.batches.lock(), KVec::new());
+        for b in mine {
+            batches.push(b, GFP_KERNEL)?;
+        }
         if errno == 0 {
             errno = p.error.load(Ordering::Relaxed);
         }

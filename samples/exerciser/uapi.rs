@@ -9,33 +9,19 @@
 //!   of an execution means the `off` instruction ran, path 1 the `on` one.
 //! - `control` (write): one command per write; the write fails with the command's errno.
 //!   - `run keys=K sites=S ftrace=F flips=N pokers=P` runs a scenario and returns when done;
-//!   - `bad <case>` performs one bad-input case (see [`BAD_INPUT_CASES`]) and fails with the
-//!     engine's errno (success would mean the engine accepted bad input);
+//!   - `bad <case>` performs one bad-input case (samples/exerciser/badinput.rs) and fails with
+//!     the engine's errno (success would mean the engine accepted bad input);
 //!   - `hold <index>` keeps a batch owning site `index` in flight, `release` ends it;
 //!   - `executors start` / `executors stop` run the executors without a scenario.
 //! - `result` (text): `key value` lines about the last scenario.
-//! - `batches` (text): one line per batch of the last scenario.
+//! - `batches` (text): one line per batch of the last scenario: `poker group sites nsecs syncs
+//!   writes records start end errno site:to...`, where `group` is a key's index or -1 for the
+//!   ftrace group, `start`/`end` bound its commit on perf's clock, and each `site:to` names a
+//!   site it changed and the instruction it changed it to (0 `off`, 1 `on`).
 //! - `executions` (binary): the executions logged during the last scenario, as
 //!   [`ExecRecord`]s, CPU by CPU. Executions are logged only while a batch is in flight.
 //!
 //! Only `core` here: the agent includes this file too.
-
-/// Every bad-input case `bad <case>` knows, with the errno the engine must answer.
-pub const BAD_INPUT_CASES: &[(&str, &str)] = &[
-    ("unregistered", "ENOENT"),
-    ("inside_site", "EADDRINUSE"),
-    ("engine_text", "EPERM"),
-    ("unsupported", "EOPNOTSUPP"),
-    ("wrong_size", "EMSGSIZE"),
-    ("out_of_range", "ERANGE"),
-    ("guard_collision", "EILSEQ"),
-    ("misaligned", "EFAULT"),
-    ("duplicate", "EEXIST"),
-    ("concurrent", "EBUSY"),
-    ("empty", "ENODATA"),
-    ("too_big", "E2BIG"),
-    ("commit_twice", "EALREADY"),
-];
 
 /// One logged execution of a site.
 #[repr(C)]
@@ -49,7 +35,7 @@ pub struct ExecRecord {
     pub site: u32,
     /// CPU that executed it.
     pub cpu: u16,
-    /// 0: the `off` instruction's behaviour; 1: the `on` one.
+    /// 0: the `off` instruction's behaviour; 1: the `on` one; 2: neither (another site's).
     pub path: u8,
     /// 1 if this execution hit the guard and was emulated.
     pub trapped: u8,
