@@ -2,12 +2,19 @@
 //! text-patching mechanisms, in the same boot, on the same kind of sites, under the same load
 //! (samples/textpoke_bench.c).
 //!
-//! For every size N and mode the agent runs a few repetitions and reports the median time per
-//! batch, the all-CPU sync rounds per batch (textpoke counts its own; the others' are known:
-//! see the module), the function-call IPIs per batch counted in `/proc/interrupts`, and the
-//! worst stall an executor saw. Each measurement is one `textpoke-bench:` JSON line in the log,
-//! which tools/bench.sh turns into tables. Nothing here is asserted on timing: the KTAP cases
-//! only check that each measurement ran.
+//! For every size N the agent runs rounds: in each round every mode flips the N sites once, in
+//! a fixed order (textpoke, upstream static key, then on arm64 nosync and stop_machine, then
+//! `idle`, the baseline), so the modes are interleaved (ABAB...) and share whatever the
+//! emulator and the host were doing at the time. Every flip is one sample, one
+//! `textpoke-bench:` JSON line in the log: its time, the all-CPU sync rounds (textpoke counts
+//! its own; the others' are known: see the module), the records it emitted, the function-call
+//! IPIs counted in `/proc/interrupts` around it (raw: the host subtracts the `idle` samples'
+//! median) and the worst stall an executor saw. The runner turns them into tables and plots
+//! (`textpoke-runner bench-report`). Nothing here is asserted on timing: the KTAP cases only
+//! check that each measurement ran.
+//!
+//! `textpoke.bench_reps=K` on the kernel command line runs K rounds at every size and
+//! `textpoke.bench_sizes=1,16` only those sizes (for a quick look; `make bench` uses neither).
 
 use std::collections::BTreeMap;
 use textpoke_agent::ktap::{Case, Ktap};
@@ -15,6 +22,31 @@ use textpoke_agent::sys;
 
 const DIR: &str = "/sys/kernel/debug/textpoke_bench";
 const SIZES: [u32; 4] = [1, 16, 256, 4096];
+
+/// Rounds at size `n`: at least 20 samples per mode and size, except arm64 at 4096 sites, where
+/// under TCG one round (every mode once) takes over three minutes (every text write is a fixmap
+/// mapping with a broadcast TLB flush, which waits for every vCPU's turn): there, as many as
+/// keep the whole boot within about 20 minutes.
+fn rounds(n: u32) -> u32 {
+    if cfg!(target_arch = "aarch64") {
+        if n >= 4096 {
+            4
+        } else {
+            20
+        }
+    } else {
+        30
+    }
+}
+
+/// The arch as the runner names it.
+fn arch() -> &'static str {
+    if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        std::env::consts::ARCH
+    }
+}
 
 fn log(line: &str) {
     let _ = sys::write_file("/dev/kmsg", format!("{line}\n").as_bytes());
@@ -32,102 +64,192 @@ fn call_ipis() -> u64 {
         .unwrap_or(0)
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
+fn control(command: &str) -> Result<(), String> {
+    sys::write_file(format!("{DIR}/control"), command.as_bytes())
+        .map(drop)
+        .map_err(|e| format!("`{command}`: {e}"))
 }
 
-/// Runs `reps` repetitions of `mode` with `n` sites and returns the function-call IPIs taken
-/// meanwhile; `Err` if the run was refused.
-fn run_counting_ipis(mode: &str, n: u32, reps: u32) -> Result<u64, String> {
-    let before = call_ipis();
-    sys::write_file(
-        format!("{DIR}/control"),
-        format!("run mode={mode} n={n} reps={reps}").as_bytes(),
+/// One line of the module's `result`: `mode n rep nsecs syncs records max_stall_ns on`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rep {
+    nsecs: u64,
+    syncs: u64,
+    records: u64,
+    stall_ns: u64,
+    on: bool,
+}
+
+fn parse_rep(line: &str) -> Option<Rep> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let [_, _, _, nsecs, syncs, records, stall, on] = w.as_slice() else {
+        return None;
+    };
+    Some(Rep {
+        nsecs: nsecs.parse().ok()?,
+        syncs: syncs.parse().ok()?,
+        records: records.parse().ok()?,
+        stall_ns: stall.parse().ok()?,
+        on: *on == "1",
+    })
+}
+
+/// Where a sample came from: which mode, size and round, of how many rounds, on how many CPUs.
+struct Place<'a> {
+    mode: &'a str,
+    n: u32,
+    round: u32,
+    rounds: u32,
+    cpus: usize,
+}
+
+/// A sample as the JSON object the runner reads (tools/runner/src/bench.rs).
+fn sample_json(p: &Place, rep: &Rep, call_ipis: u64) -> String {
+    format!(
+        "{{\"arch\":\"{}\",\"cpus\":{},\"mode\":\"{}\",\"n\":{},\"round\":{},\"rounds\":{},\
+         \"ns\":{},\"on\":{},\"syncs\":{},\"records\":{},\"call_ipis\":{call_ipis},\"stall_ns\":{}}}",
+        arch(),
+        p.cpus,
+        p.mode,
+        p.n,
+        p.round,
+        p.rounds,
+        rep.nsecs,
+        rep.on,
+        rep.syncs,
+        rep.records,
+        rep.stall_ns
     )
-    .map_err(|e| format!("{mode} n={n}: {e}"))?;
-    Ok(call_ipis().saturating_sub(before))
 }
 
-/// One (mode, N) measurement as a JSON object, with `baseline` function-call IPIs per run
-/// (what starting and stopping the executors costs) subtracted; `Err` if it could not run.
-fn measure(mode: &str, n: u32, reps: u32, baseline: f64) -> Result<String, String> {
-    let ipis = run_counting_ipis(mode, n, reps)?;
+/// Flips `mode`'s `n` sites once and returns what the module measured and the function-call
+/// IPIs taken meanwhile (raw: with what starting and stopping the executors costs).
+fn sample(mode: &str, n: u32) -> Result<(Rep, u64), String> {
+    let before = call_ipis();
+    control(&format!("run mode={mode} n={n} reps=1"))?;
+    let ipis = call_ipis().saturating_sub(before);
     let text = sys::read_text(format!("{DIR}/result")).map_err(|e| e.to_string())?;
-    let mut cols: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for line in text.lines() {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        if let [_, _, _, nsecs, syncs, records, stall] = w.as_slice() {
-            for (k, v) in [
-                ("nsecs", nsecs),
-                ("syncs", syncs),
-                ("records", records),
-                ("stall", stall),
-            ] {
-                cols.entry(k).or_default().push(v.parse().unwrap_or(0));
-            }
-        }
-    }
-    let get = |k: &str| cols.get(k).cloned().unwrap_or_default();
-    let runs = get("nsecs").len() as u64;
-    if runs == 0 {
-        return Err(format!("{mode} n={n}: no result"));
-    }
-    Ok(format!(
-        "{{\"arch\":\"{}\",\"mode\":\"{mode}\",\"n\":{n},\"reps\":{runs},\"median_ns\":{},\"syncs_per_batch\":{},\
-         \"records_per_batch\":{},\"call_ipis_per_batch\":{:.1},\"cpus\":{},\"max_stall_ns\":{}}}",
-        std::env::consts::ARCH,
-        median(get("nsecs")),
-        median(get("syncs")),
-        median(get("records")),
-        (ipis as f64 / runs as f64 - baseline).max(0.0),
-        sys::online_cpus().map(|c| c.len()).unwrap_or(0),
-        get("stall").into_iter().max().unwrap_or(0)
-    ))
+    let rep = text
+        .lines()
+        .find_map(parse_rep)
+        .ok_or_else(|| format!("{mode} n={n}: no result in {text:?}"))?;
+    Ok((rep, ipis))
 }
 
-/// Function-call IPIs per run of the `idle` mode: the noise the other modes subtract.
-fn idle_ipis(n: u32, reps: u32) -> Result<f64, String> {
-    Ok(run_counting_ipis("idle", n, reps)? as f64 / f64::from(reps))
+/// A comma-separated list of sizes from the command line, or all of them.
+fn sizes() -> Vec<u32> {
+    sys::cmdline_param("textpoke.bench_sizes")
+        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap_or_else(|| SIZES.to_vec())
 }
 
-/// Runs every measurement and prints the KTAP document `textpoke_bench`.
+/// Runs every measurement and prints the boot's KTAP document, whose second suite is
+/// `textpoke_bench`.
 pub fn run(ktap: &mut Ktap) {
     let mut cases = Vec::new();
-    let loaded = super::load("textpoke", "").and_then(|()| super::load("textpoke_bench", ""));
+    let (loaded, selftest) = super::load_textpoke("");
+    let loaded = loaded.and_then(|()| super::load("textpoke_bench", ""));
     cases.push(Case::check("load", loaded.is_ok(), format!("{loaded:?}")));
     if loaded.is_ok() {
         let modes: &[&str] = if cfg!(target_arch = "aarch64") {
-            &["textpoke", "static_key", "nosync", "stop_machine"]
+            &["textpoke", "static_key", "nosync", "stop_machine", "idle"]
         } else {
-            &["textpoke", "static_key"]
+            &["textpoke", "static_key", "idle"]
         };
-        for n in SIZES {
-            // Under TCG the big arm64 batches take tens of seconds each (every text write is a
-            // fixmap mapping with a broadcast TLB flush, which waits for every vCPU's turn).
-            let reps = match n {
-                4096 => 1,
-                256 => 3,
-                _ => 5,
-            };
-            let baseline = match idle_ipis(n, reps) {
-                Ok(b) => b,
-                Err(e) => {
-                    cases.push(Case::fail(format!("idle_n{n}"), e));
-                    continue;
+        let reps_override: Option<u32> =
+            sys::cmdline_param("textpoke.bench_reps").and_then(|v| v.parse().ok());
+        let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
+        for n in sizes() {
+            let rounds = reps_override.unwrap_or_else(|| rounds(n)).max(1);
+            super::log(&format!("bench: {rounds} rounds of {modes:?} at n={n}"));
+            // Per mode: samples taken, and the first error (after which the mode stops).
+            let mut done: BTreeMap<&str, (u32, Option<String>)> = BTreeMap::new();
+            if let Err(e) = control("reset") {
+                cases.push(Case::fail(format!("reset_n{n}"), e));
+                continue;
+            }
+            for round in 0..rounds {
+                if n >= 256 {
+                    super::log(&format!("bench: n={n} round {}/{rounds}", round + 1));
                 }
-            };
-            for mode in modes {
-                let name = format!("{mode}_n{n}");
-                match measure(mode, n, reps, baseline) {
-                    Ok(json) => {
-                        log(&format!("textpoke-bench: {json}"));
-                        cases.push(Case::pass(name));
+                for &mode in modes {
+                    let entry = done.entry(mode).or_default();
+                    if entry.1.is_some() {
+                        continue;
                     }
-                    Err(e) => cases.push(Case::fail(name, e)),
+                    match sample(mode, n) {
+                        Ok((rep, ipis)) => {
+                            let place = Place {
+                                mode,
+                                n,
+                                round,
+                                rounds,
+                                cpus,
+                            };
+                            log(&format!(
+                                "textpoke-bench: {}",
+                                sample_json(&place, &rep, ipis)
+                            ));
+                            entry.0 += 1;
+                        }
+                        Err(e) => entry.1 = Some(e),
+                    }
+                }
+            }
+            for &mode in modes {
+                let name = format!("{mode}_n{n}");
+                match done.remove(mode).unwrap_or_default() {
+                    (_, Some(e)) => cases.push(Case::fail(name, e)),
+                    (k, None) => cases.push(Case::check(
+                        name,
+                        k == rounds,
+                        format!("{k} samples of {rounds}"),
+                    )),
                 }
             }
         }
+        if let Err(e) = control("reset") {
+            cases.push(Case::fail("reset", e));
+        }
     }
-    let _ = ktap.print_document("textpoke_bench", &cases);
+    super::print_document(ktap, selftest, "textpoke_bench", cases);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_line() {
+        assert_eq!(
+            parse_rep("textpoke 16 0 407941 2 16 24254 1"),
+            Some(Rep {
+                nsecs: 407941,
+                syncs: 2,
+                records: 16,
+                stall_ns: 24254,
+                on: true
+            })
+        );
+        assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254"), None);
+        assert_eq!(parse_rep("textpoke 16 0 x 2 16 24254 0"), None);
+    }
+
+    #[test]
+    fn sample_line_is_json_the_runner_reads() {
+        let rep = parse_rep("static_key 4096 3 2969931 0 0 8644 0").unwrap();
+        let place = Place {
+            mode: "static_key",
+            n: 4096,
+            round: 3,
+            rounds: 20,
+            cpus: 4,
+        };
+        let json = sample_json(&place, &rep, 291);
+        assert!(json.starts_with(&format!("{{\"arch\":\"{}\",\"cpus\":4,", arch())));
+        assert!(json.ends_with(
+            "\"round\":3,\"rounds\":20,\"ns\":2969931,\"on\":false,\"syncs\":0,\"records\":0,\
+             \"call_ipis\":291,\"stall_ns\":8644}"
+        ));
+    }
 }

@@ -5,7 +5,7 @@ use crate::exerciser::Site;
 use crate::perf::TextPokeRec;
 use crate::uapi::ExecRecord;
 use std::collections::{BTreeMap, HashMap};
-use textpoke_core::record::{ReplayError, TextImage};
+use textpoke_core::replay::{Applied, ReplayError, TextImage};
 
 /// A site's switch-over points: the records' timestamps and the path in effect after each.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,26 +76,60 @@ pub struct OrderingReport {
     pub checked: u64,
     /// Executions that broke the invariant.
     pub violations: u64,
-    /// Descriptions of the first few violations.
+    /// Trapped executions that no batch of their site was in flight for: each is a failure of
+    /// its own (a trap nobody can account for).
+    pub unmatched: u64,
+    /// Descriptions of the first few violations and unmatched executions.
     pub examples: Vec<String>,
     /// Per site kind: (old, new, trapped) executions, relative to the nearest record.
     pub by_kind: BTreeMap<String, [u64; 3]>,
 }
 
-/// Checks every logged execution against its site's timeline.
+/// When a batch changing a site was in flight, and what it changed the site to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchWindow {
+    /// Commit start (perf's clock).
+    pub start: u64,
+    /// Commit end.
+    pub end: u64,
+    /// The path of the instruction the batch installed at the site (0 `off`, 1 `on`).
+    pub to: u8,
+}
+
+/// Each site's batch windows, from the exerciser's `batches` file.
+pub fn windows_by_site(
+    batches: &[crate::exerciser::BatchLine],
+) -> HashMap<usize, Vec<BatchWindow>> {
+    let mut out: HashMap<usize, Vec<BatchWindow>> = HashMap::new();
+    for b in batches {
+        for &(site, to) in &b.changes {
+            out.entry(site).or_default().push(BatchWindow {
+                start: b.start,
+                end: b.end,
+                to,
+            });
+        }
+    }
+    out
+}
+
+/// Checks every logged execution against its site's timeline and batches.
 ///
 /// The invariant (seed 000, kernel/plan.rs): an execution that did not trap ran the instruction
 /// in effect at some moment between its start and end, that is the old one only if it started
-/// before the record and the new one only if it ended after it. A trapped execution behaved as
-/// the new instruction of a batch whose guard was up during it, so as the path after an event
-/// `k` whose neighbours do not exclude it (`T[k-1] <= end` and `start <= T[k+1]`).
+/// before the record and the new one only if it ended after it. A trapped execution is matched
+/// to the one batch of its site whose commit overlaps it, which must exist (the guard was that
+/// batch's), and must have behaved exactly as that batch's new instruction. An execution that
+/// behaved as neither of its site's instructions (path 2) is always a violation.
 pub fn check_ordering(
     sites: &[Site],
     lines: &HashMap<usize, Timeline>,
+    windows: &HashMap<usize, Vec<BatchWindow>>,
     execs: &[ExecRecord],
 ) -> OrderingReport {
     let mut r = OrderingReport::default();
     let empty = Timeline::default();
+    let no_windows = Vec::new();
     for e in execs {
         let Some(site) = sites.get(e.site as usize) else {
             r.violations += 1;
@@ -106,11 +140,33 @@ pub fn check_ordering(
         let t = lines.get(&site.index).unwrap_or(&empty);
         let (j0, j1) = (t.count_at(e.start), t.count_at(e.end));
         r.checked += 1;
-        let ok = if e.trapped != 0 {
-            // Event k (1-based) is possible if T[k-1] <= end and start <= T[k+1].
-            let lo = j0.max(1);
-            let hi = (j1 + 1).min(t.events.len());
-            (lo..=hi).any(|k| t.path(k) == e.path) || (t.events.is_empty() && e.path == t.initial)
+        let ok = if e.path > 1 {
+            false
+        } else if e.trapped != 0 {
+            let w = windows.get(&site.index).unwrap_or(&no_windows);
+            let overlapping: Vec<&BatchWindow> = w
+                .iter()
+                .filter(|w| w.start <= e.end && e.start <= w.end)
+                .collect();
+            match overlapping.as_slice() {
+                [batch] => e.path == batch.to,
+                _ => {
+                    r.unmatched += 1;
+                    if r.examples.len() < 8 {
+                        r.examples.push(format!(
+                            "site {} ({} at {:#x}) cpu {} trapped during [{}, {}], which {} batches of the site overlap",
+                            site.index,
+                            site.kind,
+                            site.addr,
+                            e.cpu,
+                            e.start,
+                            e.end,
+                            overlapping.len()
+                        ));
+                    }
+                    continue;
+                }
+            }
         } else {
             (j0..=j1).any(|j| t.path(j) == e.path)
         };
@@ -154,6 +210,51 @@ pub fn check_ordering(
         }
     }
     r
+}
+
+/// Checks the records of every site against the text itself, read through `/proc/kcore`:
+/// `before` and `after` are snapshots of `[base, base + len)`. Per site, in time order, the
+/// first record's old bytes are the text before, each record's old bytes are the previous
+/// record's new ones, and the last record's new bytes are the text after; a site without
+/// records kept its text. Returns the number of records checked.
+pub fn records_match_text(
+    sites: &[Site],
+    base: u64,
+    before: &[u8],
+    after: &[u8],
+    pokes: &[TextPokeRec],
+) -> Result<usize, String> {
+    let text = |image: &[u8], s: &Site| -> Result<Vec<u8>, String> {
+        let off = usize::try_from(s.addr.wrapping_sub(base)).map_err(|e| e.to_string())?;
+        image
+            .get(off..off + s.len)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| format!("site {:#x} is outside the kcore snapshot", s.addr))
+    };
+    let mut checked = 0;
+    for s in sites {
+        let mut mine: Vec<&TextPokeRec> = pokes.iter().filter(|p| p.addr == s.addr).collect();
+        mine.sort_by_key(|p| (p.time, p.id));
+        let mut now = text(before, s)?;
+        for p in &mine {
+            if p.old != now {
+                return Err(format!(
+                    "site {} at {:#x}: a record's old bytes {:02x?} are not the text {:02x?}",
+                    s.index, s.addr, p.old, now
+                ));
+            }
+            now.clone_from(&p.new);
+            checked += 1;
+        }
+        let end = text(after, s)?;
+        if now != end {
+            return Err(format!(
+                "site {} at {:#x}: its records end at {:02x?}, the text after is {:02x?}",
+                s.index, s.addr, now, end
+            ));
+        }
+    }
+    Ok(checked)
 }
 
 /// The largest number of `(start, end)` intervals that overlap at one moment.
@@ -227,7 +328,7 @@ pub fn replay(
         let mut t = TextImage::new(base, &mut image);
         for p in sorted {
             match t.apply(&p.as_text_poke()) {
-                Ok(textpoke_core::record::Applied::NotCovered) => {}
+                Ok(Applied::NotCovered) => {}
                 Ok(_) => applied += 1,
                 Err(ReplayError::OldMismatch { offset }) => {
                     return Err(format!(
@@ -309,16 +410,73 @@ mod tests {
             exec(0, 95, 99, 1, 1),   // trapped before the record: emulates new
             exec(0, 195, 198, 0, 1), // trapped in the second batch's window: emulates its new
         ];
-        let r = check_ordering(&sites, &lines, &good);
-        assert_eq!((r.checked, r.violations), (6, 0), "{:?}", r.examples);
+        // The batches: the first switches on during [90, 105], the second off during
+        // [190, 205].
+        let windows = HashMap::from([(
+            0,
+            vec![
+                BatchWindow {
+                    start: 90,
+                    end: 105,
+                    to: 1,
+                },
+                BatchWindow {
+                    start: 190,
+                    end: 205,
+                    to: 0,
+                },
+            ],
+        )]);
+        let r = check_ordering(&sites, &lines, &windows, &good);
+        assert_eq!(
+            (r.checked, r.violations, r.unmatched),
+            (6, 0, 0),
+            "{:?}",
+            r.examples
+        );
         let bad = [
             exec(0, 101, 110, 0, 0), // old after the record
             exec(0, 50, 99, 1, 0),   // new before the record
             exec(0, 201, 210, 1, 0), // the first batch's new instruction after the second record
-            exec(0, 210, 220, 1, 1), // trapped after the last record, emulating a stale "on"
+            exec(0, 95, 99, 0, 1),   // trapped in the first batch, emulating the old one
+            exec(0, 120, 130, 2, 0), // another site's behaviour
         ];
-        let r = check_ordering(&sites, &lines, &bad);
-        assert_eq!(r.violations, 4, "{:?}", r.examples);
+        let r = check_ordering(&sites, &lines, &windows, &bad);
+        assert_eq!(r.violations, 5, "{:?}", r.examples);
+        // A trap while no batch of the site was in flight is unmatched, whatever its path.
+        let stray = [exec(0, 210, 220, 0, 1), exec(0, 150, 160, 1, 1)];
+        let r = check_ordering(&sites, &lines, &windows, &stray);
+        assert_eq!((r.violations, r.unmatched), (0, 2), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn records_against_the_text() {
+        let s = site(0, 0x1004);
+        let before: Vec<u8> = [vec![0; 4], s.off.clone(), vec![0; 3]].concat();
+        let after: Vec<u8> = [vec![0; 4], s.on.clone(), vec![0; 3]].concat();
+        let sites = [s.clone()];
+        let pokes = vec![
+            poke(0x1004, 1, true, &s),
+            poke(0x1004, 2, false, &s),
+            poke(0x1004, 3, true, &s),
+        ];
+        assert_eq!(
+            records_match_text(&sites, 0x1000, &before, &after, &pokes),
+            Ok(3)
+        );
+        // A dropped record breaks the chain.
+        assert!(records_match_text(&sites, 0x1000, &before, &after, &pokes[1..]).is_err());
+        // Wrong old bytes.
+        let mut wrong = pokes.clone();
+        wrong[0].old = s.on.clone();
+        assert!(records_match_text(&sites, 0x1000, &before, &after, &wrong).is_err());
+        // The text never changed although the records say it did.
+        assert!(records_match_text(&sites, 0x1000, &before, &before, &pokes).is_err());
+        // No records and no change.
+        assert_eq!(
+            records_match_text(&sites, 0x1000, &before, &before, &[]),
+            Ok(0)
+        );
     }
 
     #[test]

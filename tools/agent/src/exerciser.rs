@@ -88,18 +88,26 @@ pub fn key_values(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A numeric value of a `key value` map (0 if absent or malformed).
-pub fn number(map: &BTreeMap<String, String>, key: &str) -> u64 {
-    map.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+/// A numeric value of a `key value` map; an error naming the key if it is absent or not a
+/// number, never a default: a status file that lost a key must fail the check that reads it.
+pub fn number(map: &BTreeMap<String, String>, key: &str) -> Result<u64, String> {
+    let value = map
+        .get(key)
+        .ok_or_else(|| format!("the status file has no `{key}`"))?;
+    value
+        .parse()
+        .map_err(|_| format!("`{key}` is `{value}`, not a number"))
 }
 
 /// One batch of the last scenario.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BatchLine {
     /// Poker index.
     pub poker: u32,
     /// Key, or -1 for the ftrace group.
     pub group: i64,
+    /// Each site the batch changed, and the path it changed it to (0 `off`, 1 `on`).
+    pub changes: Vec<(usize, u8)>,
     /// Sites changed.
     pub sites: u64,
     /// Commit time.
@@ -118,36 +126,54 @@ pub struct BatchLine {
     pub errno: i64,
 }
 
-/// The `batches` file.
-pub fn batches() -> io::Result<Vec<BatchLine>> {
-    let text = sys::read_text(format!("{DIR}/batches"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let v: Vec<i64> = l
-                .split_whitespace()
-                .filter_map(|w| w.parse().ok())
-                .collect();
+/// Parses the `batches` file; every line must be well formed.
+pub fn parse_batches(text: &str) -> Result<Vec<BatchLine>, String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let bad = || format!("malformed batches line `{l}`");
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let (numbers, pairs) = words.split_at(words.len().min(10));
+            let v: Vec<i64> = numbers
+                .iter()
+                .map(|w| w.parse().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
             let [poker, group, sites, nsecs, syncs, writes, records, start, end, errno] =
                 v.as_slice()
             else {
-                return None;
+                return Err(bad());
             };
-            let u = |x: &i64| u64::try_from(*x).unwrap_or(0);
-            Some(BatchLine {
-                poker: u32::try_from(*poker).unwrap_or(0),
+            let changes = pairs
+                .iter()
+                .map(|p| {
+                    let (site, to) = p.split_once(':').ok_or_else(bad)?;
+                    Ok((
+                        site.parse().map_err(|_| bad())?,
+                        to.parse().map_err(|_| bad())?,
+                    ))
+                })
+                .collect::<Result<Vec<(usize, u8)>, String>>()?;
+            let u = |x: &i64| u64::try_from(*x).map_err(|_| bad());
+            Ok(BatchLine {
+                poker: u32::try_from(*poker).map_err(|_| bad())?,
                 group: *group,
-                sites: u(sites),
-                nsecs: u(nsecs),
-                syncs: u(syncs),
-                writes: u(writes),
-                records: u(records),
-                start: u(start),
-                end: u(end),
+                changes,
+                sites: u(sites)?,
+                nsecs: u(nsecs)?,
+                syncs: u(syncs)?,
+                writes: u(writes)?,
+                records: u(records)?,
+                start: u(start)?,
+                end: u(end)?,
                 errno: *errno,
             })
         })
-        .collect())
+        .collect()
+}
+
+/// The `batches` file.
+pub fn batches() -> Result<Vec<BatchLine>, String> {
+    parse_batches(&sys::read_text(format!("{DIR}/batches")).map_err(|e| e.to_string())?)
 }
 
 /// The executions logged during the last scenario.

@@ -5,28 +5,28 @@
 //! timestamp prefix, which the runner strips.
 //!
 //! Results are buffered: the agent collects [`Case`]s and prints the whole document at the end
-//! with [`Ktap::print_document`], which computes every plan from the cases it is given.
+//! with [`Ktap::print_suites`], which computes every plan from the cases it is given.
 //!
-//! Loading `textpoke.ko` prints its selftest document (`KTAP version 1` at indentation 0): had
-//! the agent's document been open at that point, that line would end it for the runner, which
-//! would then count the agent's remaining results as the selftest's surplus. Printing the
-//! document in one piece after every module load keeps other KTAP output (KUnit, the module's
-//! selftest) out of it.
+//! A boot prints exactly one document, in one piece after every module load: its suites are
+//! subtests, as KUnit prints them, and another document (a module's own KTAP output) would end
+//! it for the kernel's parser, which stops at the end of the first document.
 //!
 //! ```text
 //! KTAP version 1
-//! 1..3
-//! # textpoke_agent
-//! ok 1 first
+//! 1..2
 //!   KTAP version 1
-//!   # Subtest: group
+//!   # Subtest: textpoke_selftest
+//!   1..1
+//!   ok 1 plan_cost_matches_protocol
+//! ok 1 textpoke_selftest
+//!   KTAP version 1
+//!   # Subtest: textpoke_agent
 //!   1..2
 //!   ok 1 inner_pass
 //!   # expected EBUSY, got 0
 //!   not ok 2 inner_fail
-//! not ok 2 group
-//! ok 3 later # SKIP no perf binary
-//! # totals: pass:2 fail:1 skip:1
+//! not ok 2 textpoke_agent
+//! # totals: pass:2 fail:1 skip:0
 //! ```
 //!
 //! Failure diagnostics are printed as `# ` lines just before the `not ok` line (where KUnit puts
@@ -34,7 +34,7 @@
 //! where a diagnostic starting with a word like `skipped` would read as a directive.
 //!
 //! Write errors never interrupt a document: the first one is remembered and returned by
-//! [`Ktap::print_document`] once every line has been attempted.
+//! [`Ktap::print_suites`] once every line has been attempted.
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -153,22 +153,21 @@ impl Ktap {
         Ok(Self::new(Box::new(file)))
     }
 
-    /// Prints a whole document of buffered results at once: `KTAP version 1`, `1..N`,
-    /// `# name`, the cases, and `# totals: pass:P fail:F skip:S`.
+    /// Prints the one KTAP document of a boot: `KTAP version 1`, `1..N`, then each suite as a
+    /// subtest (`# Subtest: NAME`), as KUnit prints its suites, then `# totals: ...`.
     ///
-    /// Its plan is `cases.len()`, and each [`CaseResult::Group`] becomes a subtest whose plan is
-    /// its number of children. `name` is made one word of letters, digits, `_`, `.`, `/` and
-    /// `-` (the runner's document names), other characters becoming `_`.
+    /// Every boot prints exactly one document, so that the kernel's own parser
+    /// (`tools/testing/kunit/kunit.py parse`), which stops at the end of the first one, reads
+    /// every result. Each suite should be a [`CaseResult::Group`]; another case is printed as
+    /// a top-level result.
     ///
     /// Fails when a write failed along the way (every line is still attempted).
-    pub fn print_document(&mut self, name: &str, cases: &[Case]) -> Result<Totals, KtapError> {
-        let name = sanitize_doc_name(name);
-        self.frames.push(Frame::new(name.clone()));
+    pub fn print_suites(&mut self, suites: &[Case]) -> Result<Totals, KtapError> {
+        self.frames.push(Frame::new(String::new()));
         self.emit(0, "KTAP version 1");
-        self.emit(0, &format!("1..{}", cases.len()));
-        self.emit(0, &format!("# {name}"));
-        for case in cases {
-            self.case(case);
+        self.emit(0, &format!("1..{}", suites.len()));
+        for suite in suites {
+            self.case(suite);
         }
         let frame = self.frames.pop().expect("pushed above");
         self.emit(0, &format!("# totals: {}", frame.totals));
@@ -201,7 +200,7 @@ impl Ktap {
     fn top(&mut self) -> &mut Frame {
         self.frames
             .last_mut()
-            .expect("print_document keeps a frame open")
+            .expect("print_suites keeps a frame open")
     }
 
     /// Prints diagnostic lines at the current depth, one per line of `text`, each cut into
@@ -328,7 +327,7 @@ enum Leaf<'a> {
     Skip(&'a str),
 }
 
-/// A buffered test result, for [`Ktap::print_document`].
+/// A buffered test result, for [`Ktap::print_suites`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Case {
     /// The test's name (sanitized when printed).
@@ -406,6 +405,54 @@ impl Case {
     }
 }
 
+/// The `textpoke_selftest` suite, from the kernel log lines textpoke's load-time self-test
+/// prints (`textpoke: selftest: 1..N`, `... ok I NAME`, `... not ok I NAME: WHY`; see
+/// kernel/selftest.rs), given every log line since just before the module was loaded.
+///
+/// A missing plan (the module never ran its self-test: it refused to load earlier, or was not
+/// loaded) and a result count that differs from the plan each fail the suite.
+pub fn selftest_suite(lines: &[String]) -> Case {
+    const NAME: &str = "textpoke_selftest";
+    let mut planned = None;
+    let mut children = Vec::new();
+    for line in lines {
+        let Some(rest) = line
+            .split_once("textpoke: selftest: ")
+            .map(|(_, r)| r.trim_end())
+        else {
+            continue;
+        };
+        if let Some(n) = rest.strip_prefix("1..") {
+            planned = n.trim().parse::<usize>().ok();
+        } else if let Some(r) = rest.strip_prefix("ok ") {
+            let name = r.split_once(' ').map_or(r, |(_, name)| name);
+            children.push(Case::pass(name));
+        } else if let Some(r) = rest.strip_prefix("not ok ") {
+            let r = r.split_once(' ').map_or(r, |(_, r)| r);
+            let (name, why) = r.split_once(": ").unwrap_or((r, "failed"));
+            children.push(Case::fail(name, why));
+        }
+    }
+    match planned {
+        None => Case::group(
+            NAME,
+            vec![Case::fail(
+                "selftest_ran",
+                "no `textpoke: selftest: 1..N` line: textpoke never ran its self-test",
+            )],
+        ),
+        Some(n) if n != children.len() => {
+            let got = children.len();
+            children.push(Case::fail(
+                "selftest_complete",
+                format!("planned {n} results, the log has {got}"),
+            ));
+            Case::group(NAME, children)
+        }
+        Some(_) => Case::group(NAME, children),
+    }
+}
+
 /// A test name as printed: `#` (which starts a directive) becomes `_`, line breaks and other
 /// control characters become spaces, surrounding whitespace is trimmed.
 pub fn sanitize_name(name: &str) -> String {
@@ -421,26 +468,6 @@ pub fn sanitize_name(name: &str) -> String {
         .to_owned();
     truncate_at_char(&mut out, MAX_LINE / 2);
     out
-}
-
-/// A document name as printed: one word of ASCII letters, digits, `_`, `.`, `/` and `-`.
-pub fn sanitize_doc_name(name: &str) -> String {
-    let out: String = name
-        .trim()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.is_empty() {
-        "unnamed".to_owned()
-    } else {
-        out
-    }
 }
 
 fn one_line(text: &str) -> String {
@@ -464,6 +491,69 @@ fn truncate_at_char(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selftest_suite_from_log_lines() {
+        let lines: Vec<String> = [
+            "textpoke: selftest: 1..3",
+            "something else",
+            "textpoke: selftest: ok 1 plan_cost_matches_protocol",
+            "textpoke: selftest: not ok 2 trap_emulates_b: trap did not emulate: the new instruction",
+            "textpoke: selftest: ok 3 brk_immediate_claimed_once",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let suite = selftest_suite(&lines);
+        assert_eq!(
+            suite,
+            Case::group(
+                "textpoke_selftest",
+                vec![
+                    Case::pass("plan_cost_matches_protocol"),
+                    Case::fail(
+                        "trap_emulates_b",
+                        "trap did not emulate: the new instruction"
+                    ),
+                    Case::pass("brk_immediate_claimed_once"),
+                ]
+            )
+        );
+        assert!(!selftest_suite(&lines[..3]).passed(), "incomplete");
+        let none = selftest_suite(&[]);
+        assert!(!none.passed());
+        assert_eq!(none.name, "textpoke_selftest");
+    }
+
+    #[test]
+    fn one_document_of_suites() {
+        let (mut k, cap) = ktap();
+        let totals = k
+            .print_suites(&[
+                Case::group("textpoke_selftest", vec![Case::pass("a")]),
+                Case::group(
+                    "textpoke_agent",
+                    vec![Case::pass("b"), Case::fail("c", "why")],
+                ),
+            ])
+            .unwrap();
+        assert_eq!(
+            totals,
+            Totals {
+                pass: 2,
+                fail: 1,
+                skip: 0
+            }
+        );
+        assert_eq!(
+            cap.text(),
+            "KTAP version 1\n1..2\n  KTAP version 1\n  # Subtest: textpoke_selftest\n  1..1\n  \
+             ok 1 a\nok 1 textpoke_selftest\n  KTAP version 1\n  # Subtest: textpoke_agent\n  \
+             1..2\n  ok 1 b\n  # why\n  not ok 2 c\nnot ok 2 textpoke_agent\n\
+             # totals: pass:2 fail:1 skip:0\n"
+        );
+    }
+
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -495,7 +585,6 @@ mod tests {
     const EXPECTED: &str = "\
 KTAP version 1
 1..4
-# textpoke_agent
 ok 1 first
   KTAP version 1
   # Subtest: group
@@ -534,7 +623,7 @@ ok 4 case_3 # SKIP no perf
         ];
         assert!(!cases[1].passed());
         assert!(cases[2].passed());
-        let totals = k.print_document("textpoke_agent", &cases).unwrap();
+        let totals = k.print_suites(&cases).unwrap();
         assert_eq!(
             totals,
             Totals {
@@ -560,14 +649,13 @@ ok 4 case_3 # SKIP no perf
             vec![Case::group("b", vec![Case::fail("c", "")])],
         )];
         assert!(!cases[0].passed());
-        let totals = k.print_document("deep", &cases).unwrap();
+        let totals = k.print_suites(&cases).unwrap();
         assert_eq!(totals.fail, 1);
         assert_eq!(
             cap.text(),
             "\
 KTAP version 1
 1..1
-# deep
   KTAP version 1
   # Subtest: a
   1..1
@@ -585,11 +673,9 @@ not ok 1 a
     #[test]
     fn names_and_long_lines_are_sanitized() {
         assert_eq!(sanitize_name(" a#b\nc "), "a_b c");
-        assert_eq!(sanitize_doc_name("textpoke agent#1"), "textpoke_agent_1");
-        assert_eq!(sanitize_doc_name(""), "unnamed");
         let (mut k, cap) = ktap();
         let cases = [Case::pass("x").with_log("é".repeat(MAX_LINE))];
-        k.print_document("long", &cases).unwrap();
+        k.print_suites(&cases).unwrap();
         for line in cap.text().lines() {
             assert!(line.len() <= MAX_LINE, "{} bytes", line.len());
         }
@@ -611,7 +697,7 @@ not ok 1 a
             }
         }
         let mut k = Ktap::new(Box::new(Broken));
-        match k.print_document("x", &[Case::pass("a")]) {
+        match k.print_suites(&[Case::pass("a")]) {
             Err(KtapError::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL)),
             other => panic!("{other:?}"),
         }
@@ -631,7 +717,7 @@ not ok 1 a
             }
         }
         let mut k = Ktap::new(Box::new(FailsOnce(false)));
-        assert!(k.print_document("x", &[Case::pass("a")]).is_err());
-        assert!(k.print_document("next", &[Case::pass("b")]).is_ok());
+        assert!(k.print_suites(&[Case::pass("a")]).is_err());
+        assert!(k.print_suites(&[Case::pass("b")]).is_ok());
     }
 }

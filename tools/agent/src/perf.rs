@@ -18,7 +18,7 @@
 //! semantics, copy the bytes from `data_tail` to `data_head` (joining the two pieces where they
 //! wrap around the end of the data area; a record may straddle it), then store the new
 //! `data_tail` with release semantics, which orders the copy before the kernel may reuse the
-//! space. The copy is parsed with [`textpoke_core::record`].
+//! space. The copy is parsed with [`textpoke_core::replay`].
 //!
 //! The ring-buffer copy ([`Ring`]) works on any memory laid out like the mapping, which is how the
 //! unit tests feed it synthetic buffers.
@@ -29,9 +29,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use textpoke_core::record::{
-    Record, Records, SampleId, SampleIdLayout, TextPoke, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    SampleId, SampleIdLayout, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME,
 };
+use textpoke_core::replay::{Record, Records, TextPoke};
 
 /// `PERF_TYPE_SOFTWARE`.
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -371,7 +372,7 @@ pub struct TextPokeRec {
 }
 
 impl TextPokeRec {
-    /// Borrows it as the codec's [`TextPoke`], for [`textpoke_core::record::TextImage`].
+    /// Borrows it as the codec's [`TextPoke`], for [`textpoke_core::replay::TextImage`].
     pub fn as_text_poke(&self) -> TextPoke<'_> {
         TextPoke {
             misc: self.misc,
@@ -641,7 +642,8 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use textpoke_core::record::{write_lost, write_text_poke, PERF_RECORD_MISC_KERNEL};
+    use textpoke_core::record::{write_text_poke, PERF_RECORD_MISC_KERNEL};
+    use textpoke_core::replay::write_lost;
 
     #[test]
     fn attr_flag_bits_match_the_uapi_header() {

@@ -1,0 +1,271 @@
+//! textpoke tested from outside: samples/textpoke_outsider.c uses only kernel/textpoke.h.
+//!
+//! - Its verdicts on the header's contract, including inputs the header does not list, and
+//!   on another module's site (which it may neither change nor unregister).
+//! - Foreign traps reach their owners under load: a kprobe armed next to textpoke's sites, and
+//!   on x86 an `INT3` in the outsider's text claimed by its own die notifier, below textpoke's.
+//! - Sites cannot outlive their owner: the outsider never unregisters its sites; once it is
+//!   unloaded, textpoke has forgotten them and a change at their addresses gets `ENOENT`.
+
+use std::collections::BTreeMap;
+use textpoke_agent::exerciser::{self, Site};
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::sys;
+use textpoke_core::refusal;
+
+use crate::badinput::refused;
+use crate::scenario::region;
+use crate::{is_x86, load};
+
+const DIR: &str = "/sys/kernel/debug/textpoke_outsider";
+
+/// The load under which foreign traps must reach their owners.
+const SPEC: &str = "keys=4 sites=8 ftrace=16 flips=3 pokers=1";
+
+/// How many times the foreign `INT3` runs (x86).
+const INT3_RUNS: u64 = 2000;
+
+/// The verdict lines `textpoke_outsider: case NAME: got G expected X`, as `(NAME, G, X)`.
+pub fn verdict_lines(lines: &[String]) -> Vec<(&str, &str, &str)> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_once("textpoke_outsider: case ").map(|(_, r)| r))
+        .filter_map(|r| {
+            let (name, rest) = r.split_once(": got ")?;
+            let (got, expected) = rest.split_once(" expected ")?;
+            Some((name, got.trim(), expected.trim()))
+        })
+        .collect()
+}
+
+/// One case per verdict line.
+fn verdicts(lines: &[String]) -> Vec<Case> {
+    verdict_lines(lines)
+        .into_iter()
+        .map(|(name, got, expected)| {
+            Case::check(
+                format!("outsider_{name}"),
+                got == expected,
+                format!("textpoke answered {got}, textpoke.h says {expected}"),
+            )
+        })
+        .collect()
+}
+
+/// The addresses of the sites the outsider kept registered.
+fn kept(lines: &[String]) -> Option<Vec<u64>> {
+    let rest = lines.iter().find_map(|l| {
+        l.split_once("textpoke_outsider: kept sites ")
+            .map(|(_, r)| r.to_owned())
+    })?;
+    rest.split_whitespace()
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect()
+}
+
+fn counters() -> Result<BTreeMap<String, String>, String> {
+    sys::read_text(format!("{DIR}/counters"))
+        .map(|t| exerciser::key_values(&t))
+        .map_err(|e| format!("outsider counters: {e}"))
+}
+
+fn command(cmd: &str) -> Result<(), String> {
+    sys::write_file(format!("{DIR}/control"), cmd.as_bytes())
+        .map(drop)
+        .map_err(|e| format!("outsider `{cmd}`: {e}"))
+}
+
+/// Foreign traps under load; returns the cases.
+fn foreign_traps() -> Vec<Case> {
+    let mut out = Vec::new();
+    let armed = command("kprobe");
+    let load = std::thread::spawn(|| exerciser::command(&format!("run {SPEC}")));
+    let int3 = if is_x86() {
+        Some(command(&format!("int3 {INT3_RUNS}")))
+    } else {
+        None
+    };
+    let ran = load
+        .join()
+        .map_err(|_| "the scenario thread panicked".to_owned());
+    let disarmed = command("unkprobe");
+    let c = counters();
+    out.push(Case::check(
+        "foreign_traps_under_load",
+        matches!(ran, Ok(Ok(()))),
+        format!("the scenario running meanwhile: {ran:?}"),
+    ));
+    out.push(match (&armed, &disarmed, &c) {
+        (Ok(()), Ok(()), Ok(c)) => match exerciser::number(c, "kprobe_hits") {
+            Ok(n) => Case::check(
+                "kprobe_next_to_sites_reaches_its_owner",
+                n > 0,
+                "the kprobe next to textpoke's sites never fired",
+            )
+            .with_log(format!("{n} kprobe hits")),
+            Err(e) => Case::fail("kprobe_next_to_sites_reaches_its_owner", e),
+        },
+        _ => Case::fail(
+            "kprobe_next_to_sites_reaches_its_owner",
+            format!("arming {armed:?}, disarming {disarmed:?}, counters {c:?}"),
+        ),
+    });
+    if let Some(int3) = int3 {
+        out.push(match (int3, &c) {
+            (Ok(()), Ok(c)) => match exerciser::number(c, "int3_seen") {
+                Ok(n) => Case::check(
+                    "foreign_int3_reaches_its_owner",
+                    n == INT3_RUNS,
+                    format!("the outsider's notifier saw {n} of its {INT3_RUNS} INT3s"),
+                ),
+                Err(e) => Case::fail("foreign_int3_reaches_its_owner", e),
+            },
+            (r, c) => Case::fail(
+                "foreign_int3_reaches_its_owner",
+                format!("running the INT3s: {r:?}, counters {c:?}"),
+            ),
+        });
+    }
+    out
+}
+
+/// textpoke's trap path, as the running kernel knows it: every `[textpoke]` function in its
+/// `.kprobes.text` section (bounds from `/sys/module/textpoke/sections`) and the C helpers it
+/// calls; `(name, address)`.
+fn trap_path_functions() -> Result<Vec<(String, u64)>, String> {
+    let sections = "/sys/module/textpoke/sections";
+    let start_of = |name: &str| -> Result<u64, String> {
+        let t = sys::read_text(format!("{sections}/{name}")).map_err(|e| format!("{name}: {e}"))?;
+        u64::from_str_radix(t.trim().trim_start_matches("0x"), 16).map_err(|e| e.to_string())
+    };
+    let start = start_of(".kprobes.text")?;
+    let mut end = u64::MAX;
+    for e in std::fs::read_dir(sections).map_err(|e| e.to_string())? {
+        let name = e.map_err(|e| e.to_string())?.file_name();
+        if let Ok(a) = start_of(&name.to_string_lossy()) {
+            if a > start {
+                end = end.min(a);
+            }
+        }
+    }
+    let helpers = [
+        "textpoke_helper_cpu",
+        "textpoke_read_text_nofault",
+        "textpoke_x86_kernel_int3_regs",
+    ];
+    let kallsyms = sys::read_text("/proc/kallsyms").map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for l in kallsyms.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let [addr, kind, name, "[textpoke]"] = w.as_slice() else {
+            continue;
+        };
+        let Ok(a) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        let text = matches!(*kind, "t" | "T");
+        if text && ((start..end).contains(&a) || helpers.contains(name)) {
+            out.push(((*name).to_owned(), a));
+        }
+    }
+    Ok(out)
+}
+
+/// `register_kprobe` refuses every function of the trap path; a function off it (the commit) is
+/// accepted, so that the check can tell.
+fn trap_path_unprobeable() -> Case {
+    const NAME: &str = "trap_path_refuses_kprobes";
+    let run = || -> Result<String, String> {
+        let fns = trap_path_functions()?;
+        if fns.len() < 3 {
+            return Err(format!(
+                "only {} trap-path functions found: {fns:?}",
+                fns.len()
+            ));
+        }
+        let probe = |addr: u64| command(&format!("try_kprobe {addr:x}"));
+        let accepted: Vec<&String> = fns
+            .iter()
+            .filter(|(_, a)| probe(*a).is_ok())
+            .map(|(n, _)| n)
+            .collect();
+        if !accepted.is_empty() {
+            return Err(format!(
+                "kprobes accepted trap-path functions: {accepted:?}"
+            ));
+        }
+        let commit = crate::badinput::kallsyms("textpoke_batch_commit")?;
+        probe(commit).map_err(|e| format!("a kprobe off the trap path was refused too: {e}"))?;
+        Ok(format!(
+            "register_kprobe refused all {} trap-path functions and accepted textpoke_batch_commit",
+            fns.len()
+        ))
+    };
+    match run() {
+        Ok(log) => Case::pass(NAME).with_log(log),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// Every outsider check.
+pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
+    let mut children = Vec::new();
+    let branch = if is_x86() { "jmp32" } else { "b" };
+    let Some(site) = sites.iter().find(|s| s.kind == branch) else {
+        return Case::fail("outsider", "no branch site");
+    };
+    let cursor = sys::dmesg_cursor().unwrap_or_default();
+    // The kprobe goes on the instruction right after the exerciser's first site.
+    let params = format!(
+        "foreign={:#x} kprobe_at={:#x}",
+        site.addr,
+        site.addr + site.len as u64
+    );
+    if let Err(e) = load("textpoke_outsider", &params) {
+        return Case::group("outsider", vec![Case::fail("load_outsider", e)]);
+    }
+    let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
+    let v = verdicts(&lines);
+    children.push(Case::check(
+        "outsider_reported",
+        v.len() >= 20,
+        format!("only {} verdict lines from the outsider", v.len()),
+    ));
+    children.extend(v);
+    children.extend(foreign_traps());
+    children.push(trap_path_unprobeable());
+    let kept = kept(&lines);
+    // Unloading without unregistering: textpoke forgets the sites, with a log line.
+    let cursor = sys::dmesg_cursor().unwrap_or_default();
+    let unloaded = sys::unload_module("textpoke_outsider");
+    let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
+    children.push(Case::check(
+        "departed_module_sites_forgotten",
+        unloaded.is_ok()
+            && lines
+                .iter()
+                .any(|l| l.contains("a departing module left 2 sites registered")),
+        format!("unloading: {unloaded:?}; textpoke's log line missing: {lines:?}"),
+    ));
+    match kept {
+        Some(addrs) if addrs.len() == 2 => {
+            let (base, len) = region(sites);
+            for (i, addr) in addrs.iter().enumerate() {
+                children.push(refused(
+                    &format!("change_at_departed_site_{i}"),
+                    kcore,
+                    &[(base, len)],
+                    refusal::NOT_REGISTERED.errno,
+                    &format!("refusing change at {addr:#x}: not a registered site"),
+                    || exerciser::command(&format!("bad foreign_add {addr:#x}")),
+                ));
+            }
+        }
+        other => children.push(Case::fail(
+            "outsider_kept_sites",
+            format!("no `kept sites` line with two addresses: {other:?}"),
+        )),
+    }
+    Case::group("outsider", children)
+}
