@@ -31,15 +31,15 @@ targets=("$@")
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}/cargo-fuzz
-target_dir=$cache/target
+# This checkout's own target directory (see tools/test.sh); corpora are shared.
+target_dir=$cache/target-$(printf %s "$here" | sha256sum | cut -c1-12)
 cd "$here"
 
 log() { printf '[fuzz] %s\n' "$*"; }
 
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
-	log "installing cargo-fuzz $CARGO_FUZZ_VERSION"
-	CARGO_TARGET_DIR=$cache/install-target \
-		cargo install --locked --force --version "$CARGO_FUZZ_VERSION" cargo-fuzz
+	echo "$0: cargo-fuzz $CARGO_FUZZ_VERSION is not installed: run tools/install-deps.sh test" >&2
+	exit 1
 fi
 
 export RUSTC_BOOTSTRAP=1

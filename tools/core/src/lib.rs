@@ -1,8 +1,10 @@
 //! Host build of textpoke's pure logic.
 //!
-//! Every module below except [`model`] is a file of the kernel module, included here through
-//! `#[path]`, so `cargo test` exercises exactly the source the kernel compiles. Those files use
-//! only `core`, never allocate and never panic; the host-only [`model`] uses `std`.
+//! Every module below except [`model`] and [`replay`] is a file of the kernel module, included
+//! here through `#[path]`, so `cargo test` exercises exactly the source the kernel compiles. Those
+//! files use only `core`, never allocate and never panic. The host-only [`model`] uses `std`; the
+//! host-only [`replay`] (the parser and replayer of the records [`record`] writes) keeps to `core`
+//! like the kernel's files.
 
 #[path = "../../../kernel/insn.rs"]
 pub mod insn;
@@ -22,7 +24,12 @@ pub mod plan;
 #[path = "../../../kernel/record.rs"]
 pub mod record;
 
+#[path = "../../../kernel/refusal.rs"]
+pub mod refusal;
+
 #[path = "../../../kernel/atomic.rs"]
 pub mod atomic;
 
 pub mod model;
+
+pub mod replay;

@@ -10,17 +10,39 @@
 //! - a sync refreshes every CPU's whole view (x86: the IPI's serializing instruction; arm64:
 //!   cache maintenance plus the IPI's context synchronization);
 //! - taking a trap refreshes the trapping CPU's view (exception entry and return are context
-//!   synchronizing).
+//!   synchronizing);
+//! - between [`Step::Park`] and [`Step::Unpark`] (a parked section, `stop_machine()`) no CPU
+//!   executes, refills or traps: only the poker moves; `Unpark` refreshes every CPU's whole view
+//!   (each CPU's `ISB` before it leaves the stopper).
 //!
 //! x86 views are kept per chunk, the first byte and the tail, so a CPU can see a new first byte
 //! with a stale tail. arm64 instructions are a single 4-byte chunk (single-copy atomic).
 //!
 //! Every execution of a site by a CPU is classified: the old instruction, the new one, trapped
-//! (the handler looked the address up and emulated the new instruction), or a violation. The
-//! checked invariant (seed 000): an execution that did not trap sees the old instruction only
-//! before the site's `PERF_RECORD_TEXT_POKE` and the new one only after it; a trapped execution
-//! must find its site in the table and behaves as the new instruction; nothing ever sees a mix
-//! of the two; when the plan is done every site holds the new instruction.
+//! (the handler looked the address up and emulated the new instruction), ambiguous (see below),
+//! or a violation. The checked invariant (seed 000): an execution that did not trap sees the old
+//! instruction only before the site's `PERF_RECORD_TEXT_POKE` and the new one only after it; a
+//! trapped execution must find its site in the table and behaves as the new instruction; nothing
+//! ever sees a mix of the two; when the plan is done every site holds the new instruction.
+//!
+//! arm64 adds the Arm ARM's rule for concurrent modification and execution of instructions: a
+//! write may replace an instruction that another CPU can execute only when the old and the new
+//! word are both among `B`, `BL`, `BRK`, `NOP`, `SVC`, `HVC`, `SMC` and `ISB`
+//! ([`arm64_concurrently_modifiable`], written from the encodings, independently of the codec).
+//! Any other write outside a parked section is [`Violation::UnsafeConcurrentModification`]: every
+//! modelled CPU can fetch every site at any time outside a parked section, the poker excepted
+//! (it is not one of the `N` CPUs).
+//!
+//! Ambiguity is judged from a decoder's point of view, with only the records. With one record per
+//! site the decoder is never in doubt: an untrapped execution ran the old instruction if it came
+//! before the record and the new one after it (if the hardware did otherwise, that is a
+//! violation above, not ambiguity), and a trapped one shows its trap. With
+//! [`plan::Protocol::BeforeAfter`]'s two records the records only say "old" before the BEFORE
+//! record and "new" after the AFTER record: an untrapped execution between them is consistent
+//! with both and is counted as [`Outcome::Ambiguous`], whichever the CPU really ran. For that
+//! protocol the ordering violations keep their meaning relative to the record that settles the
+//! question: [`Violation::NewBeforeRecord`] is the new instruction before the site's BEFORE
+//! record, [`Violation::OldAfterRecord`] the old one after its AFTER record.
 //!
 //! Executions do not change the state (except that a trap refreshes the view), so each state is
 //! checked for every (CPU, site) execution and only writes, refreshes and traps branch. That
@@ -28,7 +50,9 @@
 //!
 //! Not covered: the memory ordering of the table itself (loom covers it), the real cost or
 //! latency of anything, instructions other than the batch's sites, interrupts that nest traps,
-//! and hardware behaviour beyond "a view is some past value of memory until synchronized".
+//! NMIs during a parked section, whether the arch layer marks the right changes parked (the
+//! model plans the flags it is given; the arm64 rule catches a wrong one in the batch under
+//! test), and hardware behaviour beyond "a view is some past value of memory until synchronized".
 
 use crate::insn::InsnBytes;
 use crate::plan::{self, Arch, Change, Plan, Step, X86_GUARD};
@@ -49,12 +73,14 @@ pub enum Protocol {
     SingleSlotTable,
 }
 
-/// What went wrong in an execution or at the end.
+/// What went wrong in an execution, in a write or at the end.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Violation {
-    /// A CPU executed the old instruction after the site's record.
+    /// A CPU executed the old instruction after the site's record (with BEFORE/AFTER records:
+    /// after its AFTER record).
     OldAfterRecord,
-    /// A CPU executed the new instruction (without trapping) before the site's record.
+    /// A CPU executed the new instruction (without trapping) before the site's record (with
+    /// BEFORE/AFTER records: before its BEFORE record).
     NewBeforeRecord,
     /// A CPU executed a mix of old and new bytes.
     Torn,
@@ -62,6 +88,40 @@ pub enum Violation {
     UnhandledTrap,
     /// The plan ended with a site not holding its new instruction.
     FinalText,
+    /// arm64: the poker replaced or installed a word outside the concurrently modifiable set
+    /// ([`arm64_concurrently_modifiable`]) while other CPUs could fetch the site, that is outside
+    /// a parked section. Counted once per state in which the poker's next step is such a write.
+    UnsafeConcurrentModification,
+}
+
+/// Whether the Arm ARM allows the arm64 instruction `word` to be replaced, or to replace another,
+/// while another CPU may execute it: `B`, `BL`, `BRK`, `NOP`, `SVC`, `HVC`, `SMC` and `ISB`
+/// (Arm ARM, "Concurrent modification and execution of instructions"). The rule needs both the
+/// old and the new instruction in this set.
+///
+/// Written from the Arm ARM's encodings, not from the engine's codec, so the model checks the
+/// codec's classification instead of repeating it.
+pub fn arm64_concurrently_modifiable(word: u32) -> bool {
+    // B / BL: op 0 / 1, 00101, imm26.
+    let b = word & 0xfc00_0000 == 0x1400_0000;
+    let bl = word & 0xfc00_0000 == 0x9400_0000;
+    // Exception generation: 11010100, opc, imm16, op2 = 000, LL.
+    let exception = |opc: u32, ll: u32| word & 0xffe0_001f == 0xd400_0000 | opc << 21 | ll;
+    let svc = exception(0b000, 0b01);
+    let hvc = exception(0b000, 0b10);
+    let smc = exception(0b000, 0b11);
+    let brk = exception(0b001, 0b00);
+    // NOP: HINT #0 exactly (other hints are not NOP, even where they execute as one).
+    let nop = word == 0xd503_201f;
+    // ISB: 1101010100 0 00 011 0011 CRm 110 11111, any option CRm (reserved ones act as SY).
+    let isb = word & 0xffff_f0ff == 0xd503_30df;
+    b || bl || svc || hvc || smc || brk || nop || isb
+}
+
+/// [`arm64_concurrently_modifiable`] for an instruction's bytes in memory (little-endian); false
+/// for anything but 4 bytes.
+fn arm64_modifiable_bytes(bytes: &[u8]) -> bool {
+    <[u8; 4]>::try_from(bytes).is_ok_and(|w| arm64_concurrently_modifiable(u32::from_le_bytes(w)))
 }
 
 /// How one execution went.
@@ -73,6 +133,9 @@ pub enum Outcome {
     New,
     /// Trapped on the guard and emulated the new instruction.
     Trapped,
+    /// Executed the old or the new instruction, untrapped, between the site's BEFORE and AFTER
+    /// records: a decoder holding only the records cannot tell which.
+    Ambiguous,
     /// Broke the invariant.
     Bad(Violation),
 }
@@ -90,6 +153,9 @@ pub struct Report {
     pub new: usize,
     /// Executions that trapped and were emulated.
     pub trapped: usize,
+    /// Executions a decoder holding only the records cannot classify ([`Outcome::Ambiguous`]);
+    /// not counted in `old` or `new`.
+    pub ambiguous: usize,
     /// Every distinct violation found, with how often it was seen.
     pub violations: Vec<(Violation, usize)>,
 }
@@ -101,6 +167,7 @@ impl Report {
             Outcome::Old => self.old += 1,
             Outcome::New => self.new += 1,
             Outcome::Trapped => self.trapped += 1,
+            Outcome::Ambiguous => self.ambiguous += 1,
             Outcome::Bad(v) => self.violation(v),
         }
     }
@@ -187,8 +254,12 @@ struct State {
     mem: Vec<Vec<u8>>,
     /// What each CPU would fetch, per site (`cpu * sites + site`).
     views: Vec<Vec<u8>>,
-    /// Sites whose record has been emitted.
+    /// Sites whose record has been emitted (with BEFORE/AFTER records: the AFTER one).
     recorded: Vec<bool>,
+    /// Sites whose BEFORE record has been emitted (only [`plan::Protocol::BeforeAfter`]).
+    announced: Vec<bool>,
+    /// Inside a parked section: no CPU executes.
+    parked: bool,
     /// Sites the per-address table resolves (the real engine: all of the batch, or none).
     published: bool,
     /// The single-slot table's current site.
@@ -206,6 +277,8 @@ impl State {
         Self {
             pc: 0,
             recorded: vec![false; mem.len()],
+            announced: vec![false; mem.len()],
+            parked: false,
             mem,
             views,
             published: false,
@@ -231,12 +304,76 @@ impl State {
         }
     }
 
+    /// If `step` writes text: its site, and the site's whole text once written.
+    fn written(&self, batch: &Batch, step: Step) -> Option<(usize, Vec<u8>)> {
+        let (site, text) = match step {
+            Step::WriteGuard(i) => {
+                let guard = batch.guard(i);
+                let text = match batch.arch {
+                    Arch::X86 => {
+                        let mut text = self.mem[i].clone();
+                        text[0] = guard[0];
+                        text
+                    }
+                    Arch::Arm64 => guard,
+                };
+                (i, text)
+            }
+            Step::WriteTail(i) => {
+                let mut text = self.mem[i].clone();
+                text[1..].copy_from_slice(batch.changes[i].new.tail());
+                (i, text)
+            }
+            Step::WriteHead(i) => match batch.arch {
+                Arch::X86 => {
+                    let mut text = self.mem[i].clone();
+                    text[0] = batch.changes[i].new.head();
+                    (i, text)
+                }
+                Arch::Arm64 => (i, batch.changes[i].new.as_slice().to_vec()),
+            },
+            Step::WriteWhole(i) => (i, batch.changes[i].new.as_slice().to_vec()),
+            Step::Park
+            | Step::Unpark
+            | Step::Publish
+            | Step::Sync
+            | Step::Emit(_)
+            | Step::EmitBefore(_)
+            | Step::EmitAfter(_)
+            | Step::Retire => return None,
+        };
+        Some((site, text))
+    }
+
+    /// Whether the poker's next step breaks the arm64 rule for concurrent modification and
+    /// execution: it writes, outside a parked section (so other CPUs can fetch the site), over
+    /// or with a word outside [`arm64_concurrently_modifiable`].
+    fn unsafe_write(&self, batch: &Batch, cpus: usize) -> bool {
+        if batch.arch != Arch::Arm64 || self.parked || cpus == 0 {
+            return false;
+        }
+        let Some(&step) = batch.steps.get(self.pc) else {
+            return false;
+        };
+        self.written(batch, step).is_some_and(|(site, text)| {
+            !arm64_modifiable_bytes(&self.mem[site]) || !arm64_modifiable_bytes(&text)
+        })
+    }
+
     /// The poker's next step, applied; `None` when the plan is done.
     fn step(&self, batch: &Batch) -> Option<State> {
         let step = *batch.steps.get(self.pc)?;
         let mut next = self.clone();
         next.pc += 1;
+        if let Some((site, text)) = self.written(batch, step) {
+            next.mem[site] = text;
+        }
         match step {
+            Step::Park => next.parked = true,
+            Step::Unpark => {
+                next.parked = false;
+                next.sync_all();
+            }
             Step::Publish => next.published = true,
             Step::Retire => {
                 next.published = false;
@@ -246,23 +383,11 @@ impl State {
                 if batch.protocol == Protocol::SingleSlotTable {
                     next.slot = Some(i);
                 }
-                let guard = batch.guard(i);
-                match batch.arch {
-                    Arch::X86 => next.mem[i][0] = guard[0],
-                    Arch::Arm64 => next.mem[i] = guard,
-                }
             }
             Step::Sync => next.sync_all(),
-            Step::WriteTail(i) => {
-                let tail = batch.changes[i].new.tail().to_vec();
-                next.mem[i][1..].copy_from_slice(&tail);
-            }
-            Step::Emit(i) => next.recorded[i] = true,
-            Step::WriteHead(i) => match batch.arch {
-                Arch::X86 => next.mem[i][0] = batch.changes[i].new.head(),
-                Arch::Arm64 => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
-            },
-            Step::WriteWhole(i) => next.mem[i] = batch.changes[i].new.as_slice().to_vec(),
+            Step::Emit(i) | Step::EmitAfter(i) => next.recorded[i] = true,
+            Step::EmitBefore(i) => next.announced[i] = true,
+            Step::WriteTail(_) | Step::WriteHead(_) | Step::WriteWhole(_) => {}
         }
         Some(next)
     }
@@ -284,15 +409,21 @@ impl State {
                 Outcome::Bad(Violation::UnhandledTrap)
             };
         }
+        // Between a BEFORE and its AFTER record the records allow either instruction.
+        let undecided = self.announced[site] && !self.recorded[site];
         if view.as_slice() == change.old.as_slice() {
             if self.recorded[site] {
                 Outcome::Bad(Violation::OldAfterRecord)
+            } else if undecided {
+                Outcome::Ambiguous
             } else {
                 Outcome::Old
             }
         } else if view.as_slice() == change.new.as_slice() {
             if self.recorded[site] {
                 Outcome::New
+            } else if undecided {
+                Outcome::Ambiguous
             } else {
                 Outcome::Bad(Violation::NewBeforeRecord)
             }
@@ -305,7 +436,9 @@ impl State {
     fn explore(&self, batch: &Batch, cpus: usize, report: &mut Report) -> Vec<State> {
         let sites = self.sites();
         let mut next = Vec::new();
-        for cpu in 0..cpus {
+        // In a parked section every CPU spins in the stopper: no execution, refill or trap.
+        let running = if self.parked { 0 } else { cpus };
+        for cpu in 0..running {
             for site in 0..sites {
                 let outcome = self.execute(batch, cpu, site);
                 report.count(outcome);
@@ -332,6 +465,9 @@ impl State {
                     }
                 }
             }
+        }
+        if self.unsafe_write(batch, cpus) {
+            report.violation(Violation::UnsafeConcurrentModification);
         }
         match self.step(batch) {
             Some(s) => next.push(s),
@@ -412,10 +548,18 @@ pub fn random_walks(batch: &Batch, cpus: usize, walks: usize, seed: u64) -> Repo
     report
 }
 
-/// A change from `old` to `new` bytes.
+/// A change from `old` to `new` bytes, made under a guard.
 pub fn change(old: &[u8], new: &[u8]) -> Change {
+    Change::new(
+        InsnBytes::new(old).expect("test instruction within MAX_INSN_LEN"),
+        InsnBytes::new(new).expect("test instruction within MAX_INSN_LEN"),
+    )
+}
+
+/// A change from `old` to `new` bytes, made in a parked section.
+pub fn parked(old: &[u8], new: &[u8]) -> Change {
     Change {
-        old: InsnBytes::new(old).expect("test instruction within MAX_INSN_LEN"),
-        new: InsnBytes::new(new).expect("test instruction within MAX_INSN_LEN"),
+        parked: true,
+        ..change(old, new)
     }
 }

@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
-use textpoke_core::arm64::{Insn, Kind, Regs, GUARD, GUARD_BRK_IMM, GUARD_WORD, INSN_LEN};
+use textpoke_core::arm64::{Insn, Kind, Listed, Regs, GUARD, GUARD_BRK_IMM, GUARD_WORD, INSN_LEN};
 use textpoke_core::insn::InsnError;
 use yaxpeax_arch::{Decoder, U8Reader};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, ShiftStyle, SizeCode};
@@ -291,6 +291,50 @@ fn decode_errors() {
             "{word:#010x}"
         );
     }
+}
+
+/// The acceptance function takes every listed exact case as itself, and refuses every `BRK`.
+#[test]
+fn accept_exact_cases() {
+    for (insn, site, word) in exact_cases() {
+        let accepted = Listed::accept(site, &word.to_le_bytes());
+        assert_eq!(accepted, Listed::accept_word(site, word));
+        if let Insn::Brk { .. } = insn {
+            assert_eq!(accepted, Err(InsnError::Unsupported), "{word:#010x}");
+            continue;
+        }
+        let listed = accepted.unwrap_or_else(|e| panic!("{word:#010x}: {e:?}"));
+        assert_eq!(listed.insn(), insn);
+        assert_eq!(listed.site(), site);
+        assert_eq!(listed.kind(), insn.kind());
+        assert_eq!(listed.len(), INSN_LEN);
+    }
+    assert_eq!(
+        Listed::accept(KTEXT, &GUARD_WORD.to_le_bytes()),
+        Err(InsnError::Unsupported)
+    );
+}
+
+#[test]
+fn accept_errors() {
+    use InsnError::*;
+    let nop = 0xd503_201fu32.to_le_bytes();
+    assert_eq!(Listed::accept(KTEXT, &[]), Err(Truncated));
+    for n in 1..4 {
+        assert_eq!(Listed::accept(KTEXT, &nop[..n]), Err(Truncated));
+    }
+    assert_eq!(
+        Listed::accept(KTEXT, &[0x1f, 0x20, 0x03, 0xd5, 0x00]),
+        Err(LengthMismatch)
+    );
+    for low in 1..4 {
+        assert_eq!(Listed::accept(KTEXT + low, &nop), Err(Misaligned));
+        assert_eq!(
+            Listed::accept(KTEXT + low, &GUARD_WORD.to_le_bytes()),
+            Err(Misaligned)
+        );
+    }
+    assert_eq!(Listed::accept_word(KTEXT, 0xd503_203f), Err(Unsupported));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -632,6 +676,61 @@ proptest! {
             "{:#010x}",
             word
         );
+    }
+
+    /// The acceptance function accepts a word exactly when yaxpeax reads it as one of the listed
+    /// instructions (ours but `BRK`), and then as the same one; a misaligned site is refused
+    /// whatever the word (10,000 cases).
+    #[test]
+    fn prop_yaxpeax_agrees_on_accepted_words(site in site(), word in word()) {
+        let accepted = Listed::accept(site, &word.to_le_bytes());
+        prop_assert_eq!(accepted, Listed::accept_word(site, word));
+        if site % 4 != 0 {
+            prop_assert_eq!(accepted, Err(InsnError::Misaligned));
+            return Ok(());
+        }
+        let listed_by_yaxpeax =
+            ours_by_yaxpeax(site, word).filter(|insn| !matches!(insn, Insn::Brk { .. }));
+        prop_assert_eq!(accepted.map(|l| l.insn()).ok(), listed_by_yaxpeax, "{:#010x}", word);
+        match accepted {
+            Ok(listed) => prop_assert_eq!(listed.site(), site),
+            Err(e) => prop_assert_eq!(e, InsnError::Unsupported),
+        }
+    }
+
+    /// Every accepted word emulates at its site, infallibly, as the model driven by yaxpeax's
+    /// reading says (10,000 cases).
+    #[test]
+    fn prop_listed_emulation_matches_model(
+        site in aligned_site(),
+        word in word(),
+        seed in any::<u64>(),
+    ) {
+        if let Ok(listed) = Listed::accept(site, &word.to_le_bytes()) {
+            let mut regs = FakeRegs::trapped_at(site, seed);
+            listed.emulate(&mut regs);
+            let mut want = FakeRegs::trapped_at(site, seed);
+            prop_assert_eq!(model_emulate(site, word, &mut want), Ok(()));
+            prop_assert_eq!(regs, want);
+        }
+    }
+
+    /// Every encodable instruction but `BRK` is accepted at its site, and its emulation there,
+    /// which cannot fail, has the effects of `Insn::emulate` (10,000 cases).
+    #[test]
+    fn prop_listed_emulation_is_insn_emulation((site, insn) in encodable(), seed in any::<u64>()) {
+        let accepted = Listed::accept(site, insn.encode(site).unwrap().as_slice());
+        if let Insn::Brk { .. } = insn {
+            prop_assert_eq!(accepted, Err(InsnError::Unsupported));
+            return Ok(());
+        }
+        let listed = accepted.unwrap();
+        prop_assert_eq!(listed.insn(), insn);
+        let mut regs = FakeRegs::trapped_at(site, seed);
+        listed.emulate(&mut regs);
+        let mut want = FakeRegs::trapped_at(site, seed);
+        prop_assert_eq!(insn.emulate(site, &mut want), Ok(()));
+        prop_assert_eq!(regs, want);
     }
 
     /// Emulation matches a model driven by yaxpeax's reading of the encoded instruction (10,000

@@ -196,7 +196,14 @@ fn stress_readers_and_concurrent_publishers() {
                     })
                     .expect("disjoint batches never conflict");
                     for e in batch.iter_mut() {
-                        e.value = POISON;
+                        let poisoned = Entry {
+                            value: POISON,
+                            ..*e
+                        };
+                        // SAFETY: `e` is a valid, exclusive reference. Volatile: `batch` is
+                        // dropped right after, and a plain store before a free is dead code the
+                        // compiler may remove.
+                        unsafe { std::ptr::write_volatile(e, poisoned) };
                     }
                 }
             })

@@ -1,7 +1,8 @@
-//! The step planner: exact plans for both arches and the sync-skipping rules.
+//! The step planner: exact plans for both arches, the sync-skipping rules, parked sections and
+//! the BEFORE/AFTER ablation.
 
 use textpoke_core::insn::InsnBytes;
-use textpoke_core::plan::{Arch, Change, Cost, Plan, Step};
+use textpoke_core::plan::{Arch, Change, Cost, Plan, Protocol, Step};
 use Step::*;
 
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
@@ -9,13 +10,24 @@ const JMP32: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
 const CALL: [u8; 5] = [0xe8, 0x10, 0x00, 0x00, 0x00];
 const ARM_NOP: [u8; 4] = 0xd503_201fu32.to_le_bytes();
 const ARM_B: [u8; 4] = 0x1400_0004u32.to_le_bytes();
+const ARM_RET: [u8; 4] = 0xd65f_03c0u32.to_le_bytes();
+const ARM_MOV_X9_X30: [u8; 4] = 0xaa1e_03e9u32.to_le_bytes();
 
 fn change(old: &[u8], new: &[u8]) -> Change {
-    Change {
-        old: InsnBytes::new(old).unwrap(),
-        new: InsnBytes::new(new).unwrap(),
-    }
+    Change::new(InsnBytes::new(old).unwrap(), InsnBytes::new(new).unwrap())
 }
+
+fn parked(old: &[u8], new: &[u8]) -> Change {
+    Change::parked(InsnBytes::new(old).unwrap(), InsnBytes::new(new).unwrap())
+}
+
+const PROTOCOLS: [Protocol; 5] = [
+    Protocol::Guarded,
+    Protocol::RecordBeforeGuardSync,
+    Protocol::HeadBeforeTailSync,
+    Protocol::UnguardedNosync,
+    Protocol::BeforeAfter,
+];
 
 fn plan(arch: Arch, changes: &[Change]) -> Vec<Step> {
     Plan::new(arch, changes).collect()
@@ -43,7 +55,10 @@ fn x86_two_five_byte_sites_take_three_syncs() {
         ]
     );
     let cost = Cost::of(Plan::new(Arch::X86, &changes));
-    assert_eq!((cost.syncs, cost.writes, cost.records), (3, 6, 2));
+    assert_eq!(
+        (cost.syncs, cost.writes, cost.records, cost.parked),
+        (3, 6, 2, 0)
+    );
 }
 
 #[test]
@@ -217,6 +232,197 @@ fn broken_protocols_have_the_documented_shape() {
             WriteWhole(1),
             Emit(1),
             Sync,
+            Retire
+        ]
+    );
+}
+
+#[test]
+fn constructors_set_parked() {
+    let (old, new) = (
+        InsnBytes::new(&ARM_NOP).unwrap(),
+        InsnBytes::new(&ARM_RET).unwrap(),
+    );
+    assert_eq!(
+        Change::new(old, new),
+        Change {
+            old,
+            new,
+            parked: false
+        }
+    );
+    assert_eq!(
+        Change::parked(old, new),
+        Change {
+            old,
+            new,
+            parked: true
+        }
+    );
+}
+
+#[test]
+fn arm64_mixed_batch_parks_first_then_guards_the_rest() {
+    let changes = [
+        change(&ARM_NOP, &ARM_B),
+        parked(&ARM_NOP, &ARM_RET),
+        change(&ARM_B, &ARM_NOP),
+        parked(&ARM_MOV_X9_X30, &ARM_NOP),
+    ];
+    assert_eq!(
+        plan(Arch::Arm64, &changes),
+        [
+            Park,
+            WriteWhole(1),
+            Emit(1),
+            WriteWhole(3),
+            Emit(3),
+            Unpark,
+            Publish,
+            WriteGuard(0),
+            WriteGuard(2),
+            Sync,
+            Emit(0),
+            Emit(2),
+            WriteHead(0),
+            WriteHead(2),
+            Sync,
+            Retire
+        ]
+    );
+    let cost = Cost::of(Plan::new(Arch::Arm64, &changes));
+    assert_eq!(
+        (cost.syncs, cost.writes, cost.records, cost.parked),
+        (2, 6, 4, 1)
+    );
+}
+
+#[test]
+fn all_parked_batch_has_no_guarded_section() {
+    let changes = [
+        parked(&ARM_RET, &ARM_NOP),
+        parked(&ARM_NOP, &ARM_MOV_X9_X30),
+    ];
+    assert_eq!(
+        plan(Arch::Arm64, &changes),
+        [Park, WriteWhole(0), Emit(0), WriteWhole(1), Emit(1), Unpark]
+    );
+    let cost = Cost::of(Plan::new(Arch::Arm64, &changes));
+    assert_eq!(
+        (cost.syncs, cost.writes, cost.records, cost.parked),
+        (0, 2, 2, 1)
+    );
+}
+
+#[test]
+fn parked_noops_open_no_section() {
+    // A parked no-op is no change: no parked section, and the rest plans as without it.
+    let changes = [parked(&ARM_RET, &ARM_RET), change(&ARM_NOP, &ARM_B)];
+    assert_eq!(
+        plan(Arch::Arm64, &changes),
+        plan(
+            Arch::Arm64,
+            &[change(&ARM_RET, &ARM_RET), change(&ARM_NOP, &ARM_B)]
+        )
+    );
+    assert_eq!(plan(Arch::Arm64, &changes).first(), Some(&Publish));
+    assert!(plan(Arch::Arm64, &[parked(&ARM_RET, &ARM_RET)]).is_empty());
+    let changes = [parked(&ARM_NOP, &ARM_RET), parked(&ARM_B, &ARM_B)];
+    assert_eq!(
+        plan(Arch::Arm64, &changes),
+        [Park, WriteWhole(0), Emit(0), Unpark]
+    );
+}
+
+/// Every protocol, every arch: a batch with parked changes plans as its parked section followed
+/// by exactly the plan of its other changes alone.
+#[test]
+fn parked_section_precedes_the_plan_of_the_other_changes() {
+    let x86 = [
+        change(&NOP5, &JMP32),
+        parked(&[0xc3], &[0x90]),
+        change(&JMP32, &CALL),
+        parked(&NOP5, &CALL),
+        change(&CALL, &NOP5),
+    ];
+    let arm64 = [
+        parked(&ARM_NOP, &ARM_RET),
+        change(&ARM_NOP, &ARM_B),
+        parked(&ARM_MOV_X9_X30, &ARM_NOP),
+        change(&ARM_B, &ARM_NOP),
+        parked(&ARM_NOP, &ARM_NOP),
+    ];
+    for (arch, changes) in [(Arch::X86, &x86[..]), (Arch::Arm64, &arm64[..])] {
+        for protocol in PROTOCOLS {
+            let steps: Vec<Step> = Plan::with_protocol(arch, protocol, changes).collect();
+            let mut want = vec![Park];
+            for (i, c) in changes.iter().enumerate() {
+                if c.parked && c.old != c.new {
+                    want.extend([WriteWhole(i), Emit(i)]);
+                }
+            }
+            want.push(Unpark);
+            // The other changes alone, renumbered back to their index in the batch.
+            let others: Vec<usize> = (0..changes.len()).filter(|&i| !changes[i].parked).collect();
+            let alone: Vec<Change> = others.iter().map(|&i| changes[i]).collect();
+            let renumber = |s: Step| match s {
+                WriteGuard(i) => WriteGuard(others[i]),
+                WriteTail(i) => WriteTail(others[i]),
+                WriteHead(i) => WriteHead(others[i]),
+                WriteWhole(i) => WriteWhole(others[i]),
+                Emit(i) => Emit(others[i]),
+                EmitBefore(i) => EmitBefore(others[i]),
+                EmitAfter(i) => EmitAfter(others[i]),
+                s => s,
+            };
+            want.extend(Plan::with_protocol(arch, protocol, &alone).map(renumber));
+            assert_eq!(steps, want, "{arch:?} {protocol:?}");
+            assert!(!Plan::with_protocol(arch, protocol, &alone).any(|s| s == Park));
+        }
+    }
+}
+
+#[test]
+fn before_after_has_the_documented_shape() {
+    let changes = [
+        change(&NOP5, &JMP32),
+        change(&NOP5, &NOP5),
+        change(&JMP32, &NOP5),
+    ];
+    let steps: Vec<Step> =
+        Plan::with_protocol(Arch::X86, Protocol::BeforeAfter, &changes).collect();
+    assert_eq!(
+        steps,
+        [
+            Publish,
+            EmitBefore(0),
+            WriteWhole(0),
+            EmitBefore(2),
+            WriteWhole(2),
+            Sync,
+            EmitAfter(0),
+            EmitAfter(2),
+            Retire
+        ]
+    );
+    let cost = Cost::of(Plan::with_protocol(
+        Arch::X86,
+        Protocol::BeforeAfter,
+        &changes,
+    ));
+    assert_eq!(
+        (cost.syncs, cost.writes, cost.records, cost.parked),
+        (1, 2, 4, 0)
+    );
+    let arm64 = [change(&ARM_NOP, &ARM_B)];
+    assert_eq!(
+        Plan::with_protocol(Arch::Arm64, Protocol::BeforeAfter, &arm64).collect::<Vec<_>>(),
+        [
+            Publish,
+            EmitBefore(0),
+            WriteWhole(0),
+            Sync,
+            EmitAfter(0),
             Retire
         ]
     );

@@ -1,4 +1,5 @@
-//! Tests of the `PERF_RECORD_TEXT_POKE` codec and replayer in `kernel/record.rs`.
+//! Tests of the `PERF_RECORD_TEXT_POKE` writer in `kernel/record.rs` and of the parser and
+//! replayer in `textpoke-core`'s `replay` module.
 //!
 //! The golden records are written out byte by byte from `perf_event_text_poke()` and
 //! `__perf_event__output_id_sample()` in Linux 6.12's `kernel/events/core.c`, so they check the
@@ -7,6 +8,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use textpoke_core::record::*;
+use textpoke_core::replay::*;
 
 /// The trailer layout of the golden x86 record: what `perf record` asks for with Intel PT.
 const X86_SAMPLE_TYPE: u64 =
@@ -152,14 +154,14 @@ fn assert_truncations(bytes: &[u8], layout: SampleIdLayout) {
     for len in 0..bytes.len() {
         assert_eq!(
             parse_record(&bytes[..len], layout),
-            Err(RecordError::Truncated),
+            Err(ParseError::Truncated),
             "prefix of {len} bytes"
         );
         let mut records = Records::new(&bytes[..len], layout);
         if len == 0 {
             assert_eq!(records.next(), None);
         } else {
-            assert_eq!(records.next(), Some(Err(RecordError::Truncated)));
+            assert_eq!(records.next(), Some(Err(ParseError::Truncated)));
             assert_eq!(records.next(), None);
             assert_eq!(records.offset(), 0);
         }
@@ -308,7 +310,7 @@ fn golden_lost() {
     // A lost record must be exactly as long as its layout says.
     assert_eq!(
         parse_record(&LOST_GOLDEN, SampleIdLayout::NONE),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
     assert_truncations(&LOST_GOLDEN, layout);
 }
@@ -378,9 +380,9 @@ fn header_size_below_8_is_an_error() {
         let mut bytes = X86_GOLDEN;
         bytes[6..8].copy_from_slice(&size.to_le_bytes());
         let layout = SampleIdLayout::new(X86_SAMPLE_TYPE);
-        assert_eq!(parse_record(&bytes, layout), Err(RecordError::BadSize));
+        assert_eq!(parse_record(&bytes, layout), Err(ParseError::BadSize));
         let mut records = Records::new(&bytes, layout);
-        assert_eq!(records.next(), Some(Err(RecordError::BadSize)));
+        assert_eq!(records.next(), Some(Err(ParseError::BadSize)));
         assert_eq!(records.next(), None);
     }
 }
@@ -391,38 +393,38 @@ fn malformed_text_pokes_are_rejected() {
 
     let mut bytes = X86_GOLDEN;
     bytes[30] = 1;
-    assert_eq!(parse_record(&bytes, layout), Err(RecordError::BadPadding));
+    assert_eq!(parse_record(&bytes, layout), Err(ParseError::BadPadding));
 
     // old_len + new_len larger than the record.
     let mut bytes = X86_GOLDEN;
     bytes[16] = 20;
     assert_eq!(
         parse_record(&bytes, layout),
-        Err(RecordError::LengthMismatch)
+        Err(ParseError::LengthMismatch)
     );
     bytes[16..20].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
     assert_eq!(
         parse_record(&bytes, layout),
-        Err(RecordError::LengthMismatch)
+        Err(ParseError::LengthMismatch)
     );
 
     // Lengths that fit but leave the wrong amount of padding.
     let mut bytes = X86_GOLDEN;
     bytes[16..20].copy_from_slice(&[1, 0, 1, 0]);
-    assert_eq!(parse_record(&bytes, layout), Err(RecordError::BadSize));
+    assert_eq!(parse_record(&bytes, layout), Err(ParseError::BadSize));
 
     // Parsing with another event's layout.
     assert_eq!(
         parse_record(&X86_GOLDEN, SampleIdLayout::NONE),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
     assert_eq!(
         parse_record(&X86_GOLDEN, SampleIdLayout::new(PERF_SAMPLE_ID_ALL)),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
     assert_eq!(
         parse_record(&ARM64_GOLDEN, layout),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
 
     // A text poke too short for even its fixed fields.
@@ -430,7 +432,7 @@ fn malformed_text_pokes_are_rejected() {
     bytes[6] = 16;
     assert_eq!(
         parse_record(&bytes, SampleIdLayout::NONE),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
 }
 
@@ -475,7 +477,7 @@ fn records_iterates_a_stream_and_stops_on_error() {
     stream.extend_from_slice(&X86_GOLDEN);
     let mut records = Records::new(&stream, layout);
     assert_eq!(records.by_ref().take(4).filter(Result::is_ok).count(), 4);
-    assert_eq!(records.next(), Some(Err(RecordError::BadSize)));
+    assert_eq!(records.next(), Some(Err(ParseError::BadSize)));
     assert_eq!(records.offset(), good);
     assert_eq!(records.remaining().len(), 8 + 64);
     assert_eq!(records.next(), None);
@@ -483,29 +485,29 @@ fn records_iterates_a_stream_and_stops_on_error() {
     // So does a record cut short at the end of the input.
     let mut records = Records::new(&stream[..good - 10], layout);
     assert_eq!(records.by_ref().take(3).filter(Result::is_ok).count(), 3);
-    assert_eq!(records.next(), Some(Err(RecordError::Truncated)));
+    assert_eq!(records.next(), Some(Err(ParseError::Truncated)));
     assert_eq!(records.offset(), good - 64);
     assert_eq!(records.next(), None);
 
     assert_eq!(
         SampleId::from_trailer(&[0; 31], layout),
-        Err(RecordError::BadSize)
+        Err(ParseError::BadSize)
     );
 }
 
 #[test]
 fn error_descriptions_are_distinct() {
-    let errors = [
-        RecordError::Truncated,
-        RecordError::BadSize,
-        RecordError::LengthMismatch,
-        RecordError::BadPadding,
-        RecordError::TooLarge,
-        RecordError::BufferTooSmall,
+    let descriptions = [
+        ParseError::Truncated.as_str(),
+        ParseError::BadSize.as_str(),
+        ParseError::LengthMismatch.as_str(),
+        ParseError::BadPadding.as_str(),
+        RecordError::TooLarge.as_str(),
+        RecordError::BufferTooSmall.as_str(),
     ];
-    for (i, a) in errors.iter().enumerate() {
-        for b in &errors[i + 1..] {
-            assert_ne!(a.as_str(), b.as_str());
+    for (i, a) in descriptions.iter().enumerate() {
+        for b in &descriptions[i + 1..] {
+            assert_ne!(a, b);
         }
     }
     assert_ne!(
@@ -745,7 +747,7 @@ proptest! {
         let sample = sample_for(layout, [7; 6], 0);
         let bytes = encode(1, BASE, &old, &new, &sample, layout);
         let cut = cut.index(bytes.len());
-        prop_assert_eq!(parse_record(&bytes[..cut], layout), Err(RecordError::Truncated));
+        prop_assert_eq!(parse_record(&bytes[..cut], layout), Err(ParseError::Truncated));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use textpoke_core::insn::{InsnError, MAX_INSN_LEN};
-use textpoke_core::x86::{Insn, Kind, Regs, Stack, GUARD};
+use textpoke_core::x86::{Insn, Kind, Listed, Regs, Stack, GUARD};
 
 /// Cases per property: 10,000, which keeps the whole file at a few seconds in release mode.
 const CASES: u32 = 10_000;
@@ -314,6 +314,51 @@ fn decode_errors() {
     ];
     for &(bytes, err) in cases {
         assert_eq!(Insn::decode(KTEXT, bytes), Err(err), "{bytes:02x?}");
+    }
+}
+
+/// The acceptance function takes every listed exact case as itself, and refuses `INT3`.
+#[test]
+fn accept_exact_cases() {
+    for (insn, site, bytes) in exact_cases() {
+        let accepted = Listed::accept(site, &bytes);
+        if insn == Insn::Int3 {
+            assert_eq!(accepted, Err(InsnError::Unsupported));
+            continue;
+        }
+        let listed = accepted.unwrap_or_else(|e| panic!("{bytes:02x?}: {e:?}"));
+        assert_eq!(listed.insn(), insn);
+        assert_eq!(listed.site(), site);
+        assert_eq!(listed.kind(), insn.kind());
+        assert_eq!(listed.len(), bytes.len());
+    }
+}
+
+/// The acceptance function refuses as the decoder does, except that anything starting with
+/// `INT3` is unsupported, whatever its length.
+#[test]
+fn accept_errors() {
+    use InsnError::*;
+    let cases: &[(&[u8], InsnError)] = &[
+        (&[], Truncated),
+        (&[0x66], Truncated),
+        (&[0x0f, 0x1f, 0x44, 0x00], Truncated),
+        (&[0xe8], Truncated),
+        (&[0x66, 0x90, 0x90], LengthMismatch),
+        (&[0xeb, 0x00, 0xcc], LengthMismatch),
+        (&[0xc3, 0x90], LengthMismatch),
+        (&[0xc3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc], LengthMismatch),
+        (&[0xcc], Unsupported),
+        (&[0xcc, 0xcc], Unsupported),
+        (&[0xcc, 0x1f, 0x44, 0x00, 0x00], Unsupported),
+        (&[0xcc, 0xe9, 0, 0, 0, 0], Unsupported),
+        (&[0x90], Unsupported),
+        (&[0x0f, 0x1f, 0x40, 0x00], Unsupported),
+        (&[0x3e, 0xe9, 0, 0, 0, 0], Unsupported),
+        (&[0xcd, 0x03], Unsupported),
+    ];
+    for &(bytes, err) in cases {
+        assert_eq!(Listed::accept(KTEXT, bytes), Err(err), "{bytes:02x?}");
     }
 }
 
@@ -695,6 +740,57 @@ proptest! {
                 prop_assert_eq!(ours, Ok(insn), "{:02x?}", bytes);
             }
         }
+    }
+
+    /// The acceptance function is the decoder without `INT3`: it accepts what the decoder
+    /// decodes, but for `INT3`, and refuses anything starting with `INT3` as unsupported (10,000
+    /// cases).
+    #[test]
+    fn prop_accept_is_decode_without_int3((site, bytes) in byte_strings()) {
+        let accepted = Listed::accept(site, &bytes);
+        let want = if bytes.first() == Some(&GUARD) {
+            Err(InsnError::Unsupported)
+        } else {
+            Insn::decode(site, &bytes)
+        };
+        prop_assert_eq!(accepted.map(|l| l.insn()), want);
+        prop_assert_ne!(accepted.map(|l| l.kind()), Ok(Kind::Int3));
+        if let Ok(listed) = accepted {
+            prop_assert_eq!(listed.site(), site);
+            prop_assert_eq!(listed.len(), bytes.len());
+            assert_iced_agrees(site, &bytes, listed.insn());
+        }
+    }
+
+    /// Every encodable instruction but `INT3` is accepted at its site, and its emulation there,
+    /// which cannot fail, has the effects of `Insn::emulate` (10,000 cases).
+    #[test]
+    fn prop_listed_emulation_is_insn_emulation(
+        (site, insn) in encodable(),
+        sp in any::<u64>(),
+        top in any::<u64>(),
+    ) {
+        let bytes = insn.encode(site).unwrap();
+        let accepted = Listed::accept(site, bytes.as_slice());
+        if insn == Insn::Int3 {
+            prop_assert_eq!(accepted, Err(InsnError::Unsupported));
+            return Ok(());
+        }
+        let listed = accepted.unwrap();
+        prop_assert_eq!(listed.insn(), insn);
+
+        let mut regs = trapped_at(site, sp);
+        let mut stack = FakeStack::default();
+        stack.words.insert(sp, top);
+        listed.emulate(&mut regs, &mut stack);
+
+        let mut want_regs = trapped_at(site, sp);
+        let mut want_stack = FakeStack::default();
+        want_stack.words.insert(sp, top);
+        prop_assert_eq!(insn.emulate(site, &mut want_regs, &mut want_stack), Ok(()));
+        prop_assert_eq!(regs, want_regs);
+        prop_assert_eq!(stack.writes, want_stack.writes);
+        prop_assert_eq!(stack.reads.get(), want_stack.reads.get());
     }
 
     /// Emulation matches what iced says the instruction does to control flow and the stack

@@ -9,10 +9,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use textpoke_core::record::{
-    parse_record, write_lost, write_text_poke, Applied, Record, Records, SampleIdLayout, TextImage,
-    HEADER_SIZE,
-};
+use textpoke_core::record::{write_text_poke, SampleIdLayout, HEADER_SIZE};
+use textpoke_core::replay::{parse_record, write_lost, Applied, Record, Records, TextImage};
 
 /// The image the pokes are replayed onto; fuzzed addresses near it hit it, others do not.
 const IMAGE_BASE: u64 = 0xffff_ffff_c000_0000;

@@ -1,0 +1,496 @@
+//! `textpoke-mutants`: mutation testing of the pending-instruction table (`kernel/pending.rs`).
+//!
+//! Copies the workspace into a fresh directory, runs the killing tests on the unmutated copy
+//! (the baseline, which must pass), then applies each mutant of [`mutants::MUTANTS`] in turn
+//! and requires a test to fail: loom (`tools/core/tests/pending_loom.rs` under `--cfg loom`)
+//! or the unit and stress tests (`tools/core/tests/pending.rs`).
+//!
+//! ```text
+//! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]
+//!                  [--offline] [--keep]
+//! ```
+//!
+//! - default (`make test`): every mutant against the cheap loom tests (all but
+//!   [`EXPENSIVE`]) plus the mutant's own listed killers, stopping at its first kill;
+//! - `--full`: every mutant against every test of both kinds, listing every killer.
+//!
+//! The copy is made afresh in `DIR/work` (`DIR` is `--target-dir`, by default
+//! `$TEXTPOKE_CACHE/cargo-mutants`); each kind of test builds into its own `DIR/loom` or
+//! `DIR/stress`, so dependencies compile once and a mutant rebuilds only the core
+//! (incrementally). Every build and test log stays in `DIR/logs`. Each test runs alone, limited
+//! to [`LIMIT_FACTOR`] times its baseline duration (at least [`MIN_LIMIT`]); a test that runs
+//! past its limit, or that loom stops as a livelock or deadlock, kills a mutant only if a hang is
+//! that mutant's expected failure mode ([`mutants::Mutant::hang_kills`]), and is otherwise
+//! inconclusive, which fails the run.
+//!
+//! Prints one line per mutant and ends with `N mutants: K killed, S survived (allowed: A)`.
+//! Exits 1 if a mutant survives that is not an allowed survivor (or hangs a test when a hang is
+//! not its expected failure mode, or does not build), 2 if the baseline fails or on any other
+//! error.
+
+mod exec;
+mod mutants;
+mod workspace;
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use exec::{Builder, Kind, Outcome};
+use mutants::{Mutant, MUTANTS, TARGET};
+
+/// Tests too slow for the default mode unless a mutant lists them as its killer.
+const EXPENSIVE: &[&str] = &[
+    // 425713 interleavings, about a minute.
+    "loom:slot_reuse_with_nested_readers_on_one_cpu",
+    // A few seconds of 6 threads; on x86 it cannot see an ordering mutant anyway.
+    "stress:stress_readers_and_concurrent_publishers",
+];
+
+/// A test's time limit: this many times its baseline duration, and at least [`MIN_LIMIT`].
+const LIMIT_FACTOR: u32 = 5;
+/// The shortest time limit of a test.
+const MIN_LIMIT: Duration = Duration::from_secs(30);
+
+struct Options {
+    full: bool,
+    only: Vec<String>,
+    list: bool,
+    root: PathBuf,
+    target_base: PathBuf,
+    offline: bool,
+    keep: bool,
+}
+
+const USAGE: &str = "usage: textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] \
+                     [--target-dir DIR] [--offline] [--keep]";
+
+fn parse_args() -> Result<Options, String> {
+    let cache = std::env::var_os("TEXTPOKE_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/textpoke")))
+        .unwrap_or_else(std::env::temp_dir);
+    let mut o = Options {
+        full: false,
+        only: Vec::new(),
+        list: false,
+        root: Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+        target_base: cache.join("cargo-mutants"),
+        offline: false,
+        keep: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value\n{USAGE}"));
+        match arg.as_str() {
+            "--full" => o.full = true,
+            "--list" => o.list = true,
+            "--offline" => o.offline = true,
+            "--keep" => o.keep = true,
+            "--only" => o.only.push(value()?),
+            "--root" => o.root = PathBuf::from(value()?),
+            "--target-dir" => o.target_base = PathBuf::from(value()?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => return Err(format!("unknown argument {arg}\n{USAGE}")),
+        }
+    }
+    o.root = o
+        .root
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", o.root.display()))?;
+    Ok(o)
+}
+
+/// `kind:test`, split.
+fn split_test(test: &str) -> Result<(Kind, &str), String> {
+    let (kind, name) = test
+        .split_once(':')
+        .ok_or(format!("test {test} is not KIND:NAME"))?;
+    Ok((
+        Kind::from_name(kind).ok_or(format!("test {test}: unknown kind {kind}"))?,
+        name,
+    ))
+}
+
+/// What the run does to each mutant.
+struct Plan<'a> {
+    mutants: Vec<&'a Mutant>,
+    /// The tests of each kind the run uses, in order (`kind:name`).
+    tests: BTreeMap<Kind, Vec<String>>,
+    full: bool,
+}
+
+impl Plan<'_> {
+    /// The tests to run against `m`: grouped by kind (one build each), the kind of its first
+    /// listed killer first, and within a kind its listed killers first.
+    fn tests_for(&self, m: &Mutant) -> Vec<(Kind, String)> {
+        let killers: Vec<(Kind, &str)> = m
+            .killers
+            .iter()
+            .filter_map(|k| split_test(k).ok())
+            .collect();
+        let mut kinds: Vec<Kind> = killers.iter().map(|(k, _)| *k).collect();
+        kinds.extend(Kind::ALL);
+        let mut out: Vec<(Kind, String)> = Vec::new();
+        let mut seen_kinds = Vec::new();
+        for kind in kinds {
+            if seen_kinds.contains(&kind) {
+                continue;
+            }
+            seen_kinds.push(kind);
+            let Some(all) = self.tests.get(&kind) else {
+                continue;
+            };
+            let names = killers
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, n)| *n)
+                .chain(
+                    all.iter()
+                        .filter_map(|id| split_test(id).ok().map(|(_, n)| n)),
+                );
+            for name in names {
+                if !out.iter().any(|(k, n)| *k == kind && n == name) {
+                    out.push((kind, name.to_owned()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A mutant's fate.
+enum Fate {
+    /// Killed by these tests (`kind:name`, why).
+    Killed(Vec<(String, String)>),
+    Survived,
+    /// A test hung although a hang is not the mutant's expected failure mode.
+    Inconclusive(String),
+    /// The mutant did not apply or build.
+    Error(String),
+}
+
+struct Run {
+    builder: Builder,
+    logs: PathBuf,
+    target: PathBuf,
+    original: String,
+    limits: BTreeMap<String, Duration>,
+}
+
+impl Run {
+    fn build(&mut self, kind: Kind, label: &str, must_compile: bool) -> Result<PathBuf, String> {
+        let log = self.logs.join(format!("{label}-build-{}.log", kind.name()));
+        let built = self.builder.build(kind, &log)?;
+        if must_compile && built.fresh {
+            return Err(format!(
+                "cargo did not recompile the {} tests for {label}: the mutation was not built",
+                kind.name()
+            ));
+        }
+        Ok(built.exe)
+    }
+
+    fn run(&self, exe: &Path, kind: Kind, name: &str, label: &str) -> Result<Outcome, String> {
+        let id = format!("{}:{name}", kind.name());
+        let limit = self.limits.get(&id).copied().unwrap_or(MIN_LIMIT * 10);
+        let log = self
+            .logs
+            .join(format!("{label}-{}-{name}.log", kind.name()));
+        exec::run_test(exe, name, limit, &log)
+    }
+
+    fn mutant(&mut self, plan: &Plan, m: &Mutant) -> Fate {
+        let text = match mutants::apply(m, &self.original) {
+            Ok(t) => t,
+            Err(e) => return Fate::Error(e),
+        };
+        if let Err(e) = fs::write(&self.target, text) {
+            return Fate::Error(format!("write {}: {e}", self.target.display()));
+        }
+        let mut killed = Vec::new();
+        let mut hung = None;
+        let mut built: Option<Kind> = None;
+        let mut exe = PathBuf::new();
+        for (kind, name) in plan.tests_for(m) {
+            if built != Some(kind) {
+                match self.build(kind, m.name, true) {
+                    Ok(e) => exe = e,
+                    Err(e) => return Fate::Error(e),
+                }
+                built = Some(kind);
+            }
+            let id = format!("{}:{name}", kind.name());
+            match self.run(&exe, kind, &name, m.name) {
+                Err(e) => return Fate::Error(e),
+                Ok(Outcome::Pass) => {}
+                Ok(Outcome::Fail(why)) => killed.push((id, why)),
+                Ok(Outcome::Hang(why)) if m.hang_kills => {
+                    killed.push((id, format!("hang, as expected: {why}")))
+                }
+                Ok(Outcome::Hang(why)) => {
+                    hung.get_or_insert(format!("{id} hung ({why})"));
+                }
+            }
+            if !plan.full && !killed.is_empty() {
+                break;
+            }
+        }
+        if !killed.is_empty() {
+            Fate::Killed(killed)
+        } else if let Some(h) = hung {
+            Fate::Inconclusive(h)
+        } else {
+            Fate::Survived
+        }
+    }
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("textpoke-mutants: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode, String> {
+    let o = parse_args()?;
+    if o.list {
+        for m in MUTANTS {
+            let fate = match m.allowed {
+                Some(_) => "allowed to survive".to_owned(),
+                None => format!("killers: {}", m.killers.join(", ")),
+            };
+            println!("{:<26} {:<62} {fate}", m.name, m.what);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let selected: Vec<&Mutant> = if o.only.is_empty() {
+        MUTANTS.iter().collect()
+    } else {
+        let mut v = Vec::new();
+        for name in &o.only {
+            v.push(
+                MUTANTS
+                    .iter()
+                    .find(|m| m.name == name)
+                    .ok_or(format!("no mutant named {name} (see --list)"))?,
+            );
+        }
+        v
+    };
+    let started = Instant::now();
+
+    // One run at a time per target directory: the copy and the logs live beside the builds.
+    fs::create_dir_all(&o.target_base)
+        .map_err(|e| format!("create {}: {e}", o.target_base.display()))?;
+    let lock = File::create(o.target_base.join("lock")).map_err(|e| format!("lock: {e}"))?;
+    lock.lock().map_err(|e| format!("lock: {e}"))?;
+    let work = o.target_base.join("work");
+    let logs = o.target_base.join("logs");
+    for dir in [&work, &logs] {
+        if dir.exists() {
+            fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
+        }
+    }
+    fs::create_dir_all(&logs).map_err(|e| format!("create {}: {e}", logs.display()))?;
+    let copied = workspace::copy(&o.root, &work)?;
+    if !copied.contains(Path::new(TARGET)) {
+        return Err(format!("the copy of the workspace has no {TARGET}"));
+    }
+    let target = work.join(TARGET);
+    let original = fs::read_to_string(&target).map_err(|e| format!("read {TARGET}: {e}"))?;
+    // Every selected mutant must apply before anything is built.
+    for m in &selected {
+        mutants::apply(m, &original)?;
+    }
+    println!(
+        "textpoke-mutants: {} mode, {} mutants of {TARGET}; copy in {}, builds in {}",
+        if o.full { "full" } else { "reduced" },
+        selected.len(),
+        work.display(),
+        o.target_base.display()
+    );
+
+    let mut run = Run {
+        builder: Builder {
+            work: work.clone(),
+            target_base: o.target_base.clone(),
+            offline: o.offline,
+        },
+        logs: logs.clone(),
+        target,
+        original,
+        limits: BTreeMap::new(),
+    };
+
+    // Baseline: build each kind the run needs, list its tests, run them unmutated.
+    let mut kinds: Vec<Kind> = vec![Kind::Loom];
+    if o.full {
+        kinds = Kind::ALL.to_vec();
+    }
+    for m in &selected {
+        for k in m.killers {
+            let (kind, _) = split_test(k)?;
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+    }
+    let mut plan = Plan {
+        mutants: selected,
+        tests: BTreeMap::new(),
+        full: o.full,
+    };
+    let mut baseline_ok = true;
+    for kind in kinds {
+        let t = Instant::now();
+        let exe = run.build(kind, "baseline", false)?;
+        let built_in = t.elapsed();
+        let listed = exec::list_tests(&exe)?;
+        let ids: Vec<String> = listed
+            .iter()
+            .map(|n| format!("{}:{n}", kind.name()))
+            .collect();
+        for m in &plan.mutants {
+            for k in m.killers {
+                if k.starts_with(&format!("{}:", kind.name())) && !ids.iter().any(|i| i == k) {
+                    return Err(format!(
+                        "mutant {} names killer {k}, which does not exist",
+                        m.name
+                    ));
+                }
+            }
+        }
+        let chosen: Vec<String> = ids
+            .into_iter()
+            .filter(|id| {
+                o.full
+                    || (kind == Kind::Loom && !EXPENSIVE.contains(&id.as_str()))
+                    || plan
+                        .mutants
+                        .iter()
+                        .any(|m| m.killers.contains(&id.as_str()))
+            })
+            .collect();
+        let t = Instant::now();
+        let mut passed = 0;
+        for id in &chosen {
+            let (_, name) = split_test(id)?;
+            let test_start = Instant::now();
+            let outcome = run.run(&exe, kind, name, "baseline")?;
+            let took = test_start.elapsed();
+            if outcome == Outcome::Pass {
+                passed += 1;
+            } else {
+                eprintln!("baseline: {id} fails on the unmutated copy: {outcome:?}");
+                baseline_ok = false;
+            }
+            run.limits
+                .insert(id.clone(), (took * LIMIT_FACTOR).max(MIN_LIMIT));
+        }
+        println!(
+            "baseline {:<6} {passed} of {} tests pass unmutated (build {:.1} s, tests {:.1} s)",
+            kind.name(),
+            chosen.len(),
+            built_in.as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
+        plan.tests.insert(kind, chosen);
+    }
+    if !baseline_ok {
+        return Err(format!(
+            "the unmutated copy fails its tests (logs in {}): no mutant run",
+            logs.display()
+        ));
+    }
+
+    println!("{:<26} {:<62} {:>7}  fate", "mutant", "change", "time");
+    let (mut killed, mut survived, mut allowed, mut failures) = (0, 0, 0, 0);
+    let mut notes = Vec::new();
+    for m in plan.mutants.clone() {
+        let t = Instant::now();
+        let fate = run.mutant(&plan, m);
+        let took = t.elapsed().as_secs_f64();
+        let line = match &fate {
+            Fate::Killed(by) => {
+                killed += 1;
+                if let Some(why) = m.allowed {
+                    notes.push(format!(
+                        "note: {} is on the allow-list ({why}) but was killed: revisit it",
+                        m.name
+                    ));
+                }
+                let names: Vec<&str> = by.iter().map(|(t, _)| t.as_str()).collect();
+                let first = by.first().map(|(_, w)| w.as_str()).unwrap_or("");
+                format!("killed by {} ({})", names.join(", "), shorten(first, 60))
+            }
+            Fate::Survived => {
+                survived += 1;
+                if m.allowed.is_some() {
+                    allowed += 1;
+                    "SURVIVED (allowed)".to_owned()
+                } else {
+                    failures += 1;
+                    "SURVIVED".to_owned()
+                }
+            }
+            Fate::Inconclusive(why) => {
+                survived += 1;
+                failures += 1;
+                format!("INCONCLUSIVE: {why}")
+            }
+            Fate::Error(e) => {
+                survived += 1;
+                failures += 1;
+                notes.push(format!("{}: {e}", m.name));
+                "ERROR (see below)".to_owned()
+            }
+        };
+        println!("{:<26} {:<62} {took:>6.1}s  {line}", m.name, m.what);
+    }
+    fs::write(&run.target, &run.original).map_err(|e| format!("restore {TARGET}: {e}"))?;
+
+    for m in &plan.mutants {
+        if let Some(why) = m.allowed {
+            println!("allowed survivor {}: {why}", m.name);
+        }
+    }
+    for n in &notes {
+        println!("{n}");
+    }
+    if !o.keep {
+        let _ = fs::remove_dir_all(&work);
+    }
+    println!(
+        "logs in {}; {:.0} s in all",
+        logs.display(),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "{} mutants: {killed} killed, {survived} survived (allowed: {allowed})",
+        plan.mutants.len()
+    );
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

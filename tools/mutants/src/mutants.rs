@@ -1,0 +1,357 @@
+//! The mutants of `kernel/pending.rs`, and how one is applied to its text.
+//!
+//! Each mutant is a list of exact text replacements in the current source. A replacement whose
+//! text does not occur exactly once (at the moment it is applied) is an error naming the mutant:
+//! a later edit of `pending.rs` must update the table, never silently turn a mutant into a no-op.
+
+/// The file every mutant edits, relative to the repository root.
+pub const TARGET: &str = "kernel/pending.rs";
+
+/// One deliberate weakening of the protocol.
+pub struct Mutant {
+    /// Short name, unique, as printed and as given to `--only`.
+    pub name: &'static str,
+    /// What it changes, in a few words.
+    pub what: &'static str,
+    /// Replacements `(find, replace)`, applied in order; each `find` must occur exactly once in
+    /// the text as it is when that replacement is applied.
+    pub edits: &'static [(&'static str, &'static str)],
+    /// Tests expected to kill it (`kind:test`), tried first; the reduced mode stops at the
+    /// first kill.
+    pub killers: &'static [&'static str],
+    /// Whether a test that hangs (times out, or loom reports a livelock or deadlock) is the
+    /// expected failure mode, and so counts as a kill. Otherwise a hang is inconclusive and
+    /// fails the run.
+    pub hang_kills: bool,
+    /// For a mutant allowed to survive: why it is harmless.
+    pub allowed: Option<&'static str>,
+}
+
+// The snippets below are copied from `kernel/pending.rs`, indentation included.
+
+const LOOKUP_FENCE: &str = "            count.fetch_add(1, Ordering::Relaxed);
+            // Pairs with the fence in `retire` (see the ordering argument in the module doc).
+            fence(Ordering::SeqCst);
+";
+const LOOKUP_INC: &str = "            count.fetch_add(1, Ordering::Relaxed);\n";
+const LOOKUP_DEC: &str = "            count.fetch_sub(1, Ordering::Release);\n";
+const LOOKUP_FIRST_LOAD: &str = "if slot.state.load(Ordering::Acquire) != LIVE ||";
+const LOOKUP_RECHECK: &str = "let found = if slot.state.load(Ordering::Acquire) == LIVE {";
+const CLAIM: &str = "        let (index, slot) = self.claim()?;\n";
+const STORE_CHECKING: &str = "        slot.state.store(CHECKING, Ordering::Release);\n";
+const PUBLISH_FENCE: &str = "        slot.state.store(CHECKING, Ordering::Release);
+        // Pairs with the fence of any other publisher in `conflicts`: of two racing publishers,
+        // at least one sees the other's `CHECKING`.
+        fence(Ordering::SeqCst);
+";
+const STORE_LIVE: &str = "slot.state.store(LIVE, Ordering::Release);";
+const CONFLICTS_FENCE: &str = "            other.checkers.fetch_add(1, Ordering::Relaxed);
+            // Pairs with the fence in `retire`, as for readers.
+            fence(Ordering::SeqCst);
+";
+const RETIRE_FENCE: &str = "        slot.state.store(RETIRING, Ordering::Relaxed);
+        // Pairs with the fences in `lookup` and `conflicts`.
+        fence(Ordering::SeqCst);
+";
+const READER_WAIT: &str = "                while count.load(Ordering::Acquire) != 0 {
+                    spin_loop();
+                }
+";
+const CHECKER_WAIT: &str = "        while slot.checkers.load(Ordering::Acquire) != 0 {
+            relax();
+        }
+";
+const CLEAR: &str = "        slot.entries.store(core::ptr::null_mut(), Ordering::Relaxed);
+        slot.len.store(0, Ordering::Relaxed);
+";
+const CLEAR_AND_FREE: &str = "        slot.entries.store(core::ptr::null_mut(), Ordering::Relaxed);
+        slot.len.store(0, Ordering::Relaxed);
+        slot.state.store(FREE, Ordering::Release);
+";
+
+/// `RETIRE_FENCE` followed by `CLEAR`.
+const RETIRE_FENCE_THEN_CLEAR: &str = "        slot.state.store(RETIRING, Ordering::Relaxed);
+        // Pairs with the fences in `lookup` and `conflicts`.
+        fence(Ordering::SeqCst);
+        slot.entries.store(core::ptr::null_mut(), Ordering::Relaxed);
+        slot.len.store(0, Ordering::Relaxed);
+";
+/// `RETIRE_FENCE` followed by `CLEAR_AND_FREE`.
+const RETIRE_FENCE_THEN_FREE: &str = "        slot.state.store(RETIRING, Ordering::Relaxed);
+        // Pairs with the fences in `lookup` and `conflicts`.
+        fence(Ordering::SeqCst);
+        slot.entries.store(core::ptr::null_mut(), Ordering::Relaxed);
+        slot.len.store(0, Ordering::Relaxed);
+        slot.state.store(FREE, Ordering::Release);
+";
+
+/// Every mutant, in the order they run.
+pub const MUTANTS: &[Mutant] = &[
+    Mutant {
+        name: "fence-lookup",
+        what: "lookup: no SeqCst fence after the reader increment",
+        edits: &[(LOOKUP_FENCE, LOOKUP_INC)],
+        killers: &["loom:lookup_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "fence-publish",
+        what: "publish: no SeqCst fence after storing CHECKING",
+        edits: &[(PUBLISH_FENCE, STORE_CHECKING)],
+        killers: &["loom:overlapping_publishers_exclude_each_other"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "fence-conflicts",
+        what: "conflicts: no SeqCst fence after the checker increment",
+        edits: &[(
+            CONFLICTS_FENCE,
+            "            other.checkers.fetch_add(1, Ordering::Relaxed);\n",
+        )],
+        killers: &["loom:checker_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "fence-retire",
+        what: "retire: no SeqCst fence after storing RETIRING",
+        edits: &[(
+            RETIRE_FENCE,
+            "        slot.state.store(RETIRING, Ordering::Relaxed);\n",
+        )],
+        killers: &["loom:lookup_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "lookup-no-count",
+        what: "lookup: no reader increment/decrement around the search",
+        edits: &[(LOOKUP_INC, ""), (LOOKUP_DEC, "")],
+        killers: &["loom:lookup_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "lookup-no-recheck",
+        what: "lookup: reads the entries without loading the state again",
+        edits: &[(LOOKUP_RECHECK, "let found = if true {")],
+        killers: &["loom:lookup_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "lookup-relaxed-loads",
+        what: "lookup: both state loads Acquire -> Relaxed",
+        edits: &[
+            (
+                LOOKUP_FIRST_LOAD,
+                "if slot.state.load(Ordering::Relaxed) != LIVE ||",
+            ),
+            (
+                LOOKUP_RECHECK,
+                "let found = if slot.state.load(Ordering::Relaxed) == LIVE {",
+            ),
+        ],
+        killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "lookup-relaxed-recheck",
+        what: "lookup: the second state load Acquire -> Relaxed",
+        edits: &[(
+            LOOKUP_RECHECK,
+            "let found = if slot.state.load(Ordering::Relaxed) == LIVE {",
+        )],
+        killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "lookup-relaxed-first-load",
+        what: "lookup: the first state load Acquire -> Relaxed",
+        edits: &[(
+            LOOKUP_FIRST_LOAD,
+            "if slot.state.load(Ordering::Relaxed) != LIVE ||",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "the SeqCst fence after the increment is also an acquire fence: a Relaxed load \
+             that reads a Release store of LIVE, followed by that fence, synchronizes with the \
+             store as an Acquire load would (atomic-to-fence synchronization, C++ \
+             [atomics.fences]/3), and the search comes after the fence. The re-check must stay \
+             Acquire: it may read the LIVE of a later batch, stored after the fence \
+             (lookup-relaxed-recheck)",
+        ),
+    },
+    Mutant {
+        name: "publish-live-relaxed",
+        what: "publish: the LIVE store Release -> Relaxed",
+        edits: &[(STORE_LIVE, "slot.state.store(LIVE, Ordering::Relaxed);")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "the publish SeqCst fence after the CHECKING store is also a release fence, and \
+             the LIVE store comes after it: a reader's Acquire load that reads LIVE \
+             synchronizes with that fence (fence-to-atomic synchronization, C++ \
+             [atomics.fences]/2), and the entries, length and range were stored before it",
+        ),
+    },
+    Mutant {
+        name: "publish-checking-early",
+        what: "publish: CHECKING stored before entries/len/range",
+        edits: &[
+            (STORE_CHECKING, ""),
+            (
+                CLAIM,
+                "        let (index, slot) = self.claim()?;
+        slot.state.store(CHECKING, Ordering::Release);
+",
+            ),
+        ],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "publishers exclude each other by the store-buffering shape, which only needs the \
+             state, entries and length stored before the publish fence, in any order: a checker \
+             that sees CHECKING but not yet the pointer or length reads null or 0 (stored by \
+             the previous retire, ordered before by FREE -> claim -> CHECKING) and finds an \
+             empty slice, no conflict; but having missed a store made before the other \
+             publisher's fence, its own fence came first, so the other publisher's scan sees its \
+             CHECKING and entries and refuses. Readers never look at CHECKING slots",
+        ),
+    },
+    Mutant {
+        name: "publish-live-early",
+        what: "publish: LIVE stored before entries/len/range (no CHECKING)",
+        edits: &[
+            (STORE_CHECKING, ""),
+            (
+                CLAIM,
+                "        let (index, slot) = self.claim()?;
+        slot.state.store(LIVE, Ordering::Release);
+",
+            ),
+        ],
+        killers: &["loom:refused_batch_is_never_found"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "retire-no-reader-wait",
+        what: "retire: does not wait for the per-CPU reader counts",
+        edits: &[(READER_WAIT, "")],
+        killers: &["loom:lookup_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "retire-no-checker-wait",
+        what: "retire: does not wait for the checkers count",
+        edits: &[(CHECKER_WAIT, "")],
+        killers: &["loom:checker_never_reads_retired_storage"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "retire-free-before-wait",
+        what: "retire: clears the slot and stores FREE before the waits",
+        edits: &[(CLEAR_AND_FREE, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_FREE)],
+        killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "retire-clear-before-wait",
+        what: "retire: clears entries/len before the waits (FREE after)",
+        edits: &[(CLEAR, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_CLEAR)],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "the storage stays valid until the waits end and the slot cannot be reclaimed before \
+             FREE, so a registered reader or checker that loads the cleared pointer or length \
+             gets an empty slice: it misses a batch that is already RETIRING, which its state \
+             re-check may report anyway, and which no trap can still need (the engine retires a \
+             batch only after its last all-CPU sync)",
+        ),
+    },
+];
+
+/// Applies `mutant` to `source` (the text of [`TARGET`]).
+pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    let mut text = source.to_owned();
+    for (i, (find, replace)) in mutant.edits.iter().enumerate() {
+        let count = text.matches(find).count();
+        if count != 1 {
+            return Err(format!(
+                "mutant {}: replacement {} of {} expects its text exactly once in {TARGET}, \
+                 found it {count} times (was {TARGET} edited? update \
+                 tools/mutants/src/mutants.rs):\n{find}",
+                mutant.name,
+                i + 1,
+                mutant.edits.len(),
+            ));
+        }
+        text = text.replacen(find, replace, 1);
+    }
+    if text == source {
+        return Err(format!("mutant {}: changes nothing", mutant.name));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn source() -> String {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernel/pending.rs");
+        std::fs::read_to_string(path).expect("read kernel/pending.rs")
+    }
+
+    /// Every mutant applies to the current `pending.rs`: run by `cargo test --workspace`, so a
+    /// change to the table's source breaks the build before it can weaken the mutation run.
+    #[test]
+    fn every_mutant_applies_to_the_current_source() {
+        let source = source();
+        for m in MUTANTS {
+            if let Err(e) = apply(m, &source) {
+                panic!("{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_mutants_distinct() {
+        let source = source();
+        let mut names = HashSet::new();
+        let mut texts = HashSet::new();
+        for m in MUTANTS {
+            assert!(names.insert(m.name), "duplicate mutant name {}", m.name);
+            let text = apply(m, &source).unwrap_or_else(|e| panic!("{e}"));
+            assert!(texts.insert(text), "mutant {} duplicates another", m.name);
+            assert!(
+                m.killers.is_empty() || m.allowed.is_none(),
+                "{}: an allowed survivor names no killer",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_or_repeated_snippet_is_an_error_naming_the_mutant() {
+        let m = &MUTANTS[0];
+        let err = apply(m, "no such text").unwrap_err();
+        assert!(
+            err.contains(m.name) && err.contains("found it 0 times"),
+            "{err}"
+        );
+        let twice = format!("{}{}", m.edits[0].0, m.edits[0].0);
+        let err = apply(m, &twice).unwrap_err();
+        assert!(err.contains("found it 2 times"), "{err}");
+    }
+}
