@@ -7,10 +7,24 @@
 
 ifneq ($(KERNELRELEASE),)
 
-obj-m += textpoke.o
-textpoke-y := kernel/textpoke.o kernel/exports.o rust/helpers.o
-obj-m += samples/
+# In a kernel tree the options come from Kconfig (./Kconfig); out of tree (`make -C $KDIR M=...`)
+# they are make variables, with these defaults, and the configuration symbols the code tests
+# are defined here since no autoconf.h has them.
+ifneq ($(KBUILD_EXTMOD),)
+# Exported: each directory's Kbuild file is read by its own make.
+export CONFIG_TEXTPOKE ?= m
+export CONFIG_TEXTPOKE_SAMPLES ?= m
+ifeq ($(CONFIG_TEXTPOKE_DEBUG_PROTOCOL),y)
+ccflags-y += -DCONFIG_TEXTPOKE_DEBUG_PROTOCOL
+rustflags-y += --cfg CONFIG_TEXTPOKE_DEBUG_PROTOCOL
+endif
+# The harness checks' modules (tools/test.sh) exist only out of tree.
 obj-m += tools/harness/
+endif
+
+obj-$(CONFIG_TEXTPOKE) += textpoke.o
+textpoke-y := kernel/textpoke.o kernel/exports.o rust/helpers.o arch/$(SRCARCH)/helpers.o
+obj-$(CONFIG_TEXTPOKE_SAMPLES) += samples/
 
 else
 
@@ -21,22 +35,30 @@ ARCHES := $(if $(filter command line,$(origin ARCH)),$(ARCH),x86_64 arm64)
 # `make CLIPPY=1 modules` runs clippy-driver over the Rust modules, as for in-tree code.
 export CLIPPY
 
-.PHONY: run test bench deps kernel modules clean distclean
+.PHONY: run test test-debug bench deps deps-test kernel modules clean distclean
 
 ## Demo: build what is missing, boot both arches, print the results.
 run: deps
 	@tools/run.sh $(ARCHES)
 
 ## Every test: host tests, guest boots on both arches, harness checks; ends with "N passed, M failed".
-test: deps
+test: deps-test
 	@tools/test.sh "$(ARCHES)"
+
+## The guest suite and the unload stress on a KASAN + lockdep kernel, per arch; ends with "N passed, M failed".
+test-debug: deps
+	@tools/test-debug.sh $(ARCHES)
 
 ## Benchmarks against the kernel's own mechanisms, measured in the same boot (not part of test).
 bench: deps
 	@tools/bench.sh $(ARCHES)
 
+# What the demo and the benchmarks need; the tests add cargo-fuzz.
 deps:
-	@tools/install-deps.sh
+	@tools/install-deps.sh run
+
+deps-test:
+	@tools/install-deps.sh test
 
 kernel: deps
 	@for a in $(ARCHES); do tools/kernel.sh $$a >/dev/null || exit 1; done
@@ -47,7 +69,7 @@ modules: deps
 
 ## Remove build products (modules, host and guest binaries, initramfs, run logs); keep kernels.
 clean:
-	rm -rf $(TEXTPOKE_CACHE)/modules $(TEXTPOKE_CACHE)/cargo-* $(TEXTPOKE_CACHE)/initramfs* \
+	rm -rf $(TEXTPOKE_CACHE)/build $(TEXTPOKE_CACHE)/cargo-fuzz $(TEXTPOKE_CACHE)/initramfs* \
 		$(TEXTPOKE_CACHE)/runs $(TEXTPOKE_CACHE)/bench target
 
 ## Also remove the kernel trees and downloads.

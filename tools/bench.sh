@@ -3,35 +3,46 @@
 #
 #   tools/bench.sh [x86_64] [arm64]
 #
-# Boots each arch at -smp 4 with the agent in `bench` mode (tools/agent/src/bench.rs, driving
-# samples/textpoke_bench.c), then prints a table per arch with textpoke's cost relative to the
-# kernel's own mechanisms measured in the same boot, and writes the raw measurements as JSON to
-# $TEXTPOKE_CACHE/bench/<arch>.json. The RCU stall timeout is raised because under TCG one
-# arm64 batch of 4096 sites takes tens of seconds with upstream's mechanism as with ours.
+# Builds what the runner plans (`textpoke-runner plan bench`: one boot per arch at -smp 4 with
+# the agent in `bench` mode, tools/agent/src/bench.rs driving samples/textpoke_bench.c) and hands
+# it to the runner, which boots, then prints a table per arch with textpoke's cost relative to
+# the kernel's own mechanisms measured in the same boot (median, interquartile range, ratio with
+# a bootstrap interval: tools/runner/src/bench.rs) and writes the tables, the raw samples and a
+# plot per arch to <run>/bench/bench-<arch>.{md,json,svg}, which this copies to
+# $TEXTPOKE_CACHE/bench/. Under TCG the arm64 boot takes about 20 minutes.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
 arches=${*:-x86_64 arm64}
 out=$cache/runs/bench-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out" "$cache/bench"
 cd "$top"
 
-CARGO_TARGET_DIR=$cache/cargo-host cargo build --quiet --release -p textpoke-runner
-runner=$cache/cargo-host/release/textpoke-runner
+CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner
+runner=$build/cargo-host/release/textpoke-runner
 
-for arch in $arches; do
+arch_args=()
+for arch in $arches; do arch_args+=(--arch "$arch"); done
+mapfile -t needed < <("$runner" plan bench "${arch_args[@]}" --out "$out")
+artifacts=()
+for guest in "${needed[@]}"; do
+	read -r arch variant <<<"$guest"
 	echo "== building $arch"
-	mapfile -t built < <(tools/guests.sh "$arch")
-	echo "== benchmarking $arch (-smp 4; several minutes under TCG)"
-	"$runner" boot --quiet --name "$arch-bench" --arch "$arch" --kernel "${built[0]}" \
-		--initrd "${built[1]}" --out "$out" --smp 4 --timeout 2400 \
-		--append "textpoke.mode=bench rcupdate.rcu_cpu_stall_timeout=300" \
-		--require-doc textpoke_bench
-	sed -n 's/^\[ *[0-9.]*\] textpoke-bench: //p' "$out/$arch-bench.log" |
-		python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin], indent=1))' \
-			>"$cache/bench/$arch.json"
-	python3 "$top/tools/bench_table.py" "$cache/bench/$arch.json"
-	echo "(raw: $cache/bench/$arch.json, log: $out/$arch-bench.log)"
+	built=$(tools/guests.sh "$arch" "$variant")
+	mapfile -t paths <<<"$built"
+	artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
 done
+echo "== benchmarking (-smp 4; x86_64 a few minutes, arm64 about 20 under TCG)"
+status=0
+"$runner" suite --out "$out" "${artifacts[@]}" --jobs 1 --verbose || status=$?
+if [ -d "$out/bench" ]; then
+	cp "$out"/bench/bench-* "$cache/bench/"
+	echo "(tables, samples and plots: $cache/bench/bench-<arch>.{md,json,svg}; logs: $out)"
+fi
+exit "$status"

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Builds everything a guest boot needs for one arch and prints the paths, one per line:
 #
-#   tools/guests.sh <x86_64|arm64> [patched|unpatched]
+#   tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
 #   -> kernel image, initramfs
 #
+# The variant names the kernel (tools/kernel.sh); every variant but `unpatched` gets both builds
+# of textpoke and perf.
+#
 # Each step is cached and incremental: the kernel (tools/kernel.sh), the modules
-# (tools/modules.sh), the static guest agent (cargo, in $TEXTPOKE_CACHE/cargo-guest) and the
+# (tools/modules.sh), the static guest agent (cargo, in $TEXTPOKE_CACHE/build/<checkout>/cargo-guest) and the
 # initramfs (tools/initramfs.sh). Progress goes to stderr.
 set -euo pipefail
 
-arch=${1:?usage: tools/guests.sh <x86_64|arm64> [patched|unpatched]}
+arch=${1:?usage: tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]}
 variant=${2:-patched}
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export PATH="$HOME/.cargo/bin:$PATH"
 
 case $arch in
@@ -23,19 +30,26 @@ esac
 
 kdir=$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)
 modules=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" | tail -n 1)
+extra=()
+if [ "$variant" != unpatched ]; then
+	# The debug build of textpoke, for the negative controls (the agent loads it after the
+	# tests of the production build).
+	debug=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" debug | tail -n 1)
+	extra+=(--debug-textpoke "$debug/textpoke.ko")
+else
+	# The unpatched kernel only serves the check that textpoke refuses to load: no perf.
+	extra+=(--no-perf)
+fi
 
 echo "[guest $arch] agent ($triple)" >&2
 # rust-lld links the aarch64 musl binary on an x86 host without a cross toolchain.
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld \
-	CARGO_TARGET_DIR="$cache/cargo-guest" \
+	CARGO_TARGET_DIR="$build/cargo-guest" \
 	cargo build --quiet --manifest-path "$top/Cargo.toml" -p textpoke-agent --profile guest --target "$triple" >&2
-agent=$cache/cargo-guest/$triple/guest/textpoke-agent
+agent=$build/cargo-guest/$triple/guest/textpoke-agent
 
-initramfs=$cache/initramfs-$arch-$variant.cpio
-perf=()
-# The unpatched kernel only serves the check that textpoke refuses to load: no perf needed.
-[ "$variant" = patched ] || perf=(--no-perf)
-"$top/tools/initramfs.sh" "$arch" "$modules" "$agent" "$initramfs" "${perf[@]}" >&2
+initramfs=$build/initramfs-$arch-$variant.cpio
+"$top/tools/initramfs.sh" "$arch" "$modules" "$agent" "$initramfs" "${extra[@]}" >&2
 
 echo "$kdir/$image"
 echo "$initramfs"

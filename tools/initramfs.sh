@@ -2,6 +2,7 @@
 # Builds the initramfs a textpoke test guest boots from.
 #
 #   tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]
+#                      [--debug-textpoke <textpoke.ko>]
 #
 # Contents:
 #   /init                  tools/guest/init (mounts, users, then execs the agent)
@@ -9,6 +10,8 @@
 #                          faster to pack and unpack than hundreds of links in the archive
 #   /bin/textpoke-agent    the guest agent (static)
 #   /lib/textpoke/*.ko     every .ko under <modules-dir>, flattened to its file name
+#   /lib/textpoke/debug/textpoke.ko
+#                          the debug build of textpoke, if given (the negative controls)
 #   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
 #                          tools/perf-bundle.sh (left out with --no-perf)
 #   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
@@ -24,19 +27,26 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]" >&2
+	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf] [--debug-textpoke <ko>]" >&2
 	exit 2
 }
 
 perf=1
+debug_ko=
 args=()
-for a in "$@"; do
-	case "$a" in
+while [ $# -gt 0 ]; do
+	case "$1" in
 	--no-perf) perf=0 ;;
+	--debug-textpoke)
+		[ $# -ge 2 ] || usage
+		debug_ko=$2
+		shift
+		;;
 	-h | --help) usage ;;
-	-*) echo "tools/initramfs.sh: unknown option $a" >&2 && usage ;;
-	*) args+=("$a") ;;
+	-*) echo "tools/initramfs.sh: unknown option $1" >&2 && usage ;;
+	*) args+=("$1") ;;
 	esac
+	shift
 done
 [ ${#args[@]} -eq 4 ] || usage
 arch=${args[0]}
@@ -131,6 +141,12 @@ while IFS= read -r -d '' ko; do
 	nko=$((nko + 1))
 done < <(find "$moddir" -name '*.ko' -type f -print0 | sort -z)
 [ "$nko" -gt 0 ] || log "warning: no .ko files under $moddir"
+if [ -n "$debug_ko" ]; then
+	[ -f "$debug_ko" ] || die "debug textpoke $debug_ko does not exist"
+	[ "$(elf_machine "$debug_ko")" = "$machine" ] || die "$debug_ko is not an $arch module"
+	mkdir -p "$stage/lib/textpoke/debug"
+	install -m 0644 "$debug_ko" "$stage/lib/textpoke/debug/textpoke.ko"
+fi
 
 if [ "$perf" = 1 ]; then
 	"$top/tools/perf-bundle.sh" "$arch" "$stage"

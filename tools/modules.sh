@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds textpoke's modules for one arch, out of tree, and prints the directory holding them.
 #
-#   tools/modules.sh <x86_64|arm64> [patched|unpatched]
+#   tools/modules.sh <x86_64|arm64> [patched|unpatched] [production|debug]
+#
+# `debug` builds with CONFIG_TEXTPOKE_DEBUG_PROTOCOL=y (the seeded defects the negative controls
+# select), into its own directory; `production` (the default) without it.
 #
 # Kbuild in 6.12 writes objects next to the sources (M= has no separate output directory), so
 # the module sources are mirrored (mtimes preserved, so Kbuild stays incremental) into
@@ -11,22 +14,32 @@
 # TEXTPOKE_KDIR names the kernel tree a caller has already brought up to date.
 set -euo pipefail
 
-arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched]}
+arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched] [production|debug]}
 variant=${2:-patched}
+flavor=${3:-production}
+case $flavor in
+production) options=() ;;
+debug) options=(CONFIG_TEXTPOKE_DEBUG_PROTOCOL=y) ;;
+*) echo "tools/modules.sh: unknown build '$flavor' (production or debug)" >&2; exit 1 ;;
+esac
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export PATH="$HOME/.cargo/bin:$PATH"
 
 kdir=${TEXTPOKE_KDIR:-$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)}
-out=${TEXTPOKE_MODULES_OUT:-$cache/modules/$arch$([ "$variant" = patched ] || echo "-$variant")}
+out=${TEXTPOKE_MODULES_OUT:-$build/modules/$arch$([ "$variant" = patched ] || echo "-$variant")$([ "$flavor" = production ] || echo "-$flavor")}
 mkdir -p "$out"
 rsync -a --delete \
-	--include='/Makefile' --include='/Kbuild' \
+	--include='/Makefile' --include='/Kbuild' --include='/Kconfig' \
 	--include='/kernel/***' --include='/arch/***' --include='/rust/***' --include='/samples/***' \
 	--include='/tools/' --include='/tools/harness/***' \
 	--exclude='*' \
 	--filter='P *.o' --filter='P *.ko' --filter='P .*.cmd' --filter='P *.mod' --filter='P *.mod.c' \
 	--filter='P *.d' --filter='P *.rmeta' --filter='P Module.symvers' --filter='P modules.order' \
 	"$top/" "$out/"
-make -s -C "$kdir" M="$out" ARCH="$arch" LLVM=1 ${CLIPPY:+CLIPPY=1} modules >&2
+make -s -C "$kdir" M="$out" ARCH="$arch" LLVM=1 ${CLIPPY:+CLIPPY=1} "${options[@]}" modules >&2
 echo "$out"

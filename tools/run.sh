@@ -4,29 +4,42 @@
 # every CPU executes them), then prints what happened and the checks' verdicts.
 #
 #   tools/run.sh [x86_64] [arm64]
+#
+# It builds only what the demo boots need (`textpoke-runner plan run`): no unpatched kernel,
+# no host test suite.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
 arches=${*:-x86_64 arm64}
 out=$cache/runs/demo-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 cd "$top"
 
-CARGO_TARGET_DIR=$cache/cargo-host cargo build --quiet --release -p textpoke-runner
-runner=$cache/cargo-host/release/textpoke-runner
+echo "== building the runner"
+CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner
+runner=$build/cargo-host/release/textpoke-runner
 
-for arch in $arches; do
+arch_args=()
+for arch in $arches; do arch_args+=(--arch "$arch"); done
+mapfile -t needed < <("$runner" plan run "${arch_args[@]}" --out "$out")
+artifacts=()
+for guest in "${needed[@]}"; do
+	read -r arch variant <<<"$guest"
 	echo "== building $arch (cached after the first run)"
-	mapfile -t built < <(tools/guests.sh "$arch")
-	echo "== booting $arch (-smp 2)"
-	"$runner" boot --quiet --name "$arch-demo" --arch "$arch" --kernel "${built[0]}" \
-		--initrd "${built[1]}" --out "$out" --smp 2 --append textpoke.mode=run \
-		--require-doc textpoke_selftest textpoke_demo || true
-	echo
-	echo "-- $arch: what the demo did"
-	sed -n 's/^\[ *[0-9.]*\] textpoke-agent: demo \(.*\)$/   \1/p' "$out/$arch-demo.log"
-	echo
+	if built=$(tools/guests.sh "$arch" "$variant"); then
+		mapfile -t paths <<<"$built"
+		artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
+	else
+		echo "building the $arch guest failed: its demo boot will be reported as never run" >&2
+	fi
 done
+echo "== booting (-smp 2; logs: $out)"
+"$runner" suite --out "$out" "${artifacts[@]}" --verbose || true
+echo
 exec "$runner" summary "$out"

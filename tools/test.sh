@@ -3,19 +3,30 @@
 #
 #   tools/test.sh [x86_64|arm64]        (both arches by default)
 #
-# 1. host: the workspace's tests (codecs, table, planner, model, record codec, runner, agent),
-#    the loom model checking of the pending table, a short fuzz run of every target, rustfmt;
-# 2. guests: for each arch, boots at -smp 2 and -smp 4 running the guest test suite
-#    (tools/agent), two boots at a time (single-threaded TCG uses one host core each);
-# 3. harness checks (with x86_64): boots that must fail in a given way: a module reporting
-#    `not ok`, a guest that never powers off, a WARN_ON, a kernel without the patch series;
-# 4. the runner's summary, whose last line is `N passed, M failed`.
+# The runner owns the plan (tools/runner/src/suite.rs): `textpoke-runner plan test` writes the
+# manifest of every host check and boot this run must report on, and names the guests to build.
+# This script only builds and runs commands; each host check's outcome is recorded with
+# `textpoke-runner record`, each boot's by `textpoke-runner suite`, and the summary fails every
+# planned check or boot that left no report. Nothing stops the run early: the last line is
+# always the summary's `N passed, M failed`.
 #
-# Exits non-zero if anything failed. Logs of every boot stay under the printed directory.
-set -euo pipefail
+# 1. host: the workspace's tests (codecs, table, planner, model, record codec, installer,
+#    runner, agent), loom on the pending table, its scripted mutants, a short fuzz run of every
+#    target, clippy and rustfmt, checkpatch on the kernel patch series;
+# 2. kernels and `make CLIPPY=1` of the modules (production and debug builds), per arch;
+# 3. guests: the planned boots, two at a time (single-threaded TCG uses one host core each);
+#    one log per arch also goes through the kernel's own KTAP parser;
+# 4. the runner's summary.
+#
+# Exits non-zero if anything failed. Logs stay under the printed directory.
+set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
 arches=${*:-x86_64 arm64}
 out=$cache/runs/$(date +%Y%m%d-%H%M%S)
@@ -24,103 +35,124 @@ start=$(date +%s)
 step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 cd "$top"
 
-step "host: cargo test --workspace --release"
-CARGO_TARGET_DIR=$cache/cargo-host cargo test --workspace --release 2>&1 | tee "$out/host-tests.log" |
-	grep -E '^(test result|running|error|failures:|---- )' || true
-if grep -qE '^test result: FAILED|^error' "$out/host-tests.log" || ! grep -q '^test result: ok' "$out/host-tests.log"; then
-	echo "host tests failed: see $out/host-tests.log" >&2
+step "host: the runner"
+if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then
+	echo "tools/test.sh: building textpoke-runner failed: nothing can be judged" >&2
 	exit 1
 fi
-awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d failed\n", p, f}' "$out/host-tests.log"
+runner=$build/cargo-host/release/textpoke-runner
+arch_args=()
+for arch in $arches; do arch_args+=(--arch "$arch"); done
+if ! mapfile -t needed < <("$runner" plan test "${arch_args[@]}" --out "$out") || [ ${#needed[@]} -eq 0 ]; then
+	echo "tools/test.sh: textpoke-runner plan test failed" >&2
+	exit 1
+fi
+
+# Runs check NAME: the command after `--`, its output in NAME.log, its status recorded.
+check() {
+	local name=$1 reason=$2
+	shift 3
+	local log=$out/$name.log status=0
+	"$@" >"$log" 2>&1 || status=$?
+	local why=$reason
+	[ "$status" -eq 0 ] || why="$reason failed (exit $status): see $log"
+	"$runner" record --out "$out" --name "$name" --status "$status" --reason "$why" --log "$log"
+	[ "$status" -eq 0 ] || tail -n 20 "$log" >&2
+	return 0
+}
+
+host_tests() {
+	CARGO_TARGET_DIR=$build/cargo-host cargo test --workspace --release 2>&1 || return 1
+}
+step "host: cargo test --workspace --release"
+check host-tests "cargo test --workspace --release" -- host_tests
+awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d failed\n", p, f}' \
+	"$out/host-tests.log"
 
 step "host: loom model checking of the pending-instruction table"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$cache/cargo-loom \
-	cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1 2>&1 |
-	tee "$out/loom.log" | grep -E '^(test |loom explored|test result)' || true
-grep -q '^test result: ok' "$out/loom.log" || { echo "loom failed: see $out/loom.log" >&2; exit 1; }
+check loom "loom (--cfg loom) on the pending table" -- env RUSTFLAGS="--cfg loom" \
+	CARGO_TARGET_DIR="$build/cargo-loom" \
+	cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
+grep -E '^loom explored' "$out/loom.log" || true
+
+step "host: mutants of the pending table must be caught"
+check mutants "the pending table's mutants" -- \
+	env CARGO_TARGET_DIR="$build/cargo-host" cargo run --quiet --release -p textpoke-mutants -- \
+	--target-dir "$build/cargo-mutants"
+tail -n 1 "$out/mutants.log"
 
 step "host: fuzz smoke run (10 s per target)"
-tools/fuzz/run.sh 10
+check fuzz-smoke "the fuzz smoke run" -- tools/fuzz/run.sh 10
 
-step "host: clippy"
-CARGO_TARGET_DIR=$cache/cargo-clippy cargo clippy --quiet --workspace --all-targets -- -D warnings
-
-step "host: rustfmt"
-cargo fmt --all --check
-rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs
+step "host: clippy and rustfmt"
+check clippy "clippy -D warnings" -- env CARGO_TARGET_DIR="$build/cargo-clippy" \
+	cargo clippy --quiet --workspace --all-targets -- -D warnings
+rustfmt_all() {
+	cargo fmt --all --check &&
+		rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs
+}
+check rustfmt "rustfmt" -- rustfmt_all
 
 declare -A kdir
 for arch in $arches; do
 	step "kernel: $arch (patched)"
-	kdir[$arch]=$(tools/kernel.sh "$arch" | tail -n 1)
+	kdir[$arch]=$(tools/kernel.sh "$arch" | tail -n 1) || kdir[$arch]=
 done
 
-step "lint: make CLIPPY=1 modules"
-for arch in $arches; do
-	lint=$cache/modules-clippy/$arch
-	CLIPPY=1 TEXTPOKE_KDIR=${kdir[$arch]} TEXTPOKE_MODULES_OUT=$lint tools/modules.sh "$arch" \
-		>/dev/null 2>"$out/clippy-$arch.log"
-	if grep -iE 'warning|error' "$out/clippy-$arch.log"; then
-		echo "clippy or compiler warnings for $arch: see $out/clippy-$arch.log" >&2
-		# Kbuild does not repeat the diagnostics of objects it does not rebuild: start the
-		# next lint from scratch so that it reports these again.
-		rm -rf "$lint"
-		exit 1
-	fi
-	echo "$arch: no warnings"
-done
-
-step "host: runner"
-CARGO_TARGET_DIR=$cache/cargo-host cargo build --quiet --release -p textpoke-runner
-runner=$cache/cargo-host/release/textpoke-runner
-
-declare -A kernel initrd
-for arch in $arches; do
-	step "guests: building $arch"
-	mapfile -t built < <(tools/guests.sh "$arch")
-	kernel[$arch]=${built[0]} initrd[$arch]=${built[1]}
-done
-harness=
-if [[ " $arches " == *" x86_64 "* ]]; then
-	step "guests: building x86_64 without the patch series (harness check)"
-	mapfile -t built < <(tools/guests.sh x86_64 unpatched)
-	kernel[unpatched]=${built[0]} initrd[unpatched]=${built[1]}
-	harness=1
-fi
-
-# name|arch|kernel-key|expected log text|runner arguments (split on spaces)
-boots=()
-for arch in $arches; do
-	boots+=("$arch-smp2|$arch|$arch||--smp 2 --require-doc textpoke_selftest textpoke_agent")
-	boots+=("$arch-smp4|$arch|$arch||--smp 4 --mem 2048 --require-doc textpoke_selftest textpoke_agent")
-done
-if [ -n "$harness" ]; then
-	boots+=("harness-not-ok|x86_64|x86_64|a_test_that_fails|--append textpoke.mode=check=not_ok --expect not-ok")
-	boots+=("harness-hang|x86_64|x86_64||--append textpoke.mode=check=hang --expect timeout --timeout 40")
-	boots+=("harness-warn|x86_64|x86_64|harness_warn|--append textpoke.mode=check=warn --expect splat")
-	boots+=("harness-no-series|x86_64|unpatched|lacks the textpoke patch series|--append textpoke.mode=check=no_series --expect not-ok")
-fi
-
-boot() {
-	local name=$1 arch=$2 key=$3 expect_log=$4
-	local -a args
-	read -ra args <<<"$5"
-	"$runner" boot --quiet --name "$name" --arch "$arch" --kernel "${kernel[$key]}" \
-		--initrd "${initrd[$key]}" --out "$out" "${args[@]}" ${expect_log:+--expect-log "$expect_log"}
+# checkpatch.pl of the kernel source the patches apply to: every patch --strict clean but for
+# the Signed-off-by the series does not carry.
+checkpatch() {
+	local src=$cache/kernel/patched
+	[ -x "$src/scripts/checkpatch.pl" ] || { echo "no $src/scripts/checkpatch.pl (kernel build failed?)"; return 1; }
+	# Absolute paths: given tools/patches/..., checkpatch takes the patch for a file of the tree.
+	perl "$src/scripts/checkpatch.pl" --strict --no-signoff --no-tree --terse "$top"/tools/patches/*.patch
 }
+step "checkpatch --strict on tools/patches"
+check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
 
-step "guests: ${#boots[@]} boots, two at a time (logs: $out)"
-running=0
-for b in "${boots[@]}"; do
-	IFS='|' read -r name arch key expect_log args <<<"$b"
-	boot "$name" "$arch" "$key" "$expect_log" "$args" &
-	running=$((running + 1))
-	if [ "$running" -ge 2 ]; then
-		wait -n || true
-		running=$((running - 1))
+# Both builds of the modules, under clippy, must be free of warnings.
+lint() {
+	local arch=$1 build
+	[ -n "${kdir[$arch]}" ] || { echo "the $arch kernel failed to build"; return 1; }
+	for build in production debug; do
+		local dir=$build/modules-clippy/$arch-$build
+		if ! CLIPPY=1 TEXTPOKE_KDIR=${kdir[$arch]} TEXTPOKE_MODULES_OUT=$dir \
+			tools/modules.sh "$arch" patched "$build" >/dev/null 2>"$out/clippy-$arch-$build.log"; then
+			cat "$out/clippy-$arch-$build.log"
+			rm -rf "$dir"
+			return 1
+		fi
+		if grep -iE 'warning|error' "$out/clippy-$arch-$build.log"; then
+			# Kbuild does not repeat the diagnostics of objects it does not rebuild: start the
+			# next lint from scratch so that it reports these again.
+			rm -rf "$dir"
+			return 1
+		fi
+	done
+	# The production build's trap path calls nothing a kprobe could be placed on.
+	"$runner" trap-path "$build/modules-clippy/$arch-production/textpoke.ko" || return 1
+	echo "$arch: no warnings in either build; the trap path is closed to kprobes"
+}
+for arch in $arches; do
+	step "lint: make CLIPPY=1 modules ($arch, production and debug)"
+	check "lint-$arch" "make CLIPPY=1 of the $arch modules" -- lint "$arch"
+done
+
+artifacts=()
+for guest in "${needed[@]}"; do
+	read -r arch variant <<<"$guest"
+	step "guests: building $arch ($variant)"
+	if built=$(tools/guests.sh "$arch" "$variant"); then
+		mapfile -t paths <<<"$built"
+		artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
+	else
+		echo "building the $arch $variant guest failed: its boots will be reported as never run" >&2
 	fi
 done
-wait || true
+
+step "guests: the planned boots, two at a time (logs: $out)"
+"$runner" suite --out "$out" "${artifacts[@]}" \
+	--kunit "$cache/kernel/patched/tools/testing/kunit/kunit.py"
 
 step "summary"
 exec "$runner" summary "$out"

@@ -131,6 +131,8 @@ pub struct Judgement {
     pub counts: Counts,
     /// Paths of failing tests over all documents.
     pub failing_tests: Vec<String>,
+    /// Paths of skipped tests over all documents.
+    pub skipped_tests: Vec<String>,
 }
 
 /// How many items of a list a reason quotes before it says "and N more".
@@ -151,13 +153,15 @@ fn quote_list(items: &[String]) -> String {
 
 /// Judges a console log (as written by the runner, or any saved serial log).
 ///
-/// `require_docs` names KTAP documents that must be present (see [`crate::ktap`] for how a
-/// document gets its name).
-pub fn judge(log: &str, outcome: &Outcome, require_docs: &[String]) -> Judgement {
+/// `require` names what must be present: a KTAP document (see [`crate::ktap`] for how a
+/// document gets its name) or a suite, that is a top-level subtest of an unnamed document, as
+/// the one document each textpoke guest prints holds `textpoke_selftest` and `textpoke_agent`.
+pub fn judge(log: &str, outcome: &Outcome, require: &[String]) -> Judgement {
     let documents = ktap::parse(log);
     let splat = splat::find(log);
     let mut counts = Counts::default();
     let mut failing_tests = Vec::new();
+    let mut skipped_tests = Vec::new();
     let mut problems = Vec::new();
     for doc in &documents {
         counts.passed += doc.passed();
@@ -169,11 +173,29 @@ pub fn judge(log: &str, outcome: &Outcome, require_docs: &[String]) -> Judgement
                 .filter(|t| t.status == Status::Fail)
                 .map(|t| t.path.clone()),
         );
+        skipped_tests.extend(
+            doc.tests
+                .iter()
+                .filter(|t| t.status == Status::Skip)
+                .map(|t| t.path.clone()),
+        );
         problems.extend(doc.problems.iter().map(|p| format!("{}: {p}", doc.label())));
     }
-    let missing_docs: Vec<String> = require_docs
+    let present = |name: &String| {
+        documents.iter().any(|d| {
+            d.name.as_ref() == Some(name)
+                || (d.name.is_none()
+                    && d.tests.iter().any(|t| {
+                        t.path == *name
+                            || t.path
+                                .strip_prefix(name.as_str())
+                                .is_some_and(|rest| rest.starts_with('/'))
+                    }))
+        })
+    };
+    let missing_docs: Vec<String> = require
         .iter()
-        .filter(|name| !documents.iter().any(|d| d.name.as_ref() == Some(*name)))
+        .filter(|name| !present(name))
         .cloned()
         .collect();
 
@@ -204,7 +226,7 @@ pub fn judge(log: &str, outcome: &Outcome, require_docs: &[String]) -> Judgement
         (
             Verdict::MissingKtap,
             format!(
-                "required KTAP document(s) missing: {} (found: {})",
+                "required KTAP document(s) or suite(s) missing: {} (found: {})",
                 missing_docs.join(", "),
                 found.join(", ")
             ),
@@ -240,12 +262,15 @@ pub fn judge(log: &str, outcome: &Outcome, require_docs: &[String]) -> Judgement
         splat,
         counts,
         failing_tests,
+        skipped_tests,
     }
 }
 
-/// Whether a boot met its expectation: the verdict is `expected` and, if `expect_log` is
-/// given, some console line contains it (the runner's own annotations do not count, since
-/// they quote the command line). Returns the answer and a reason for a person.
+/// Whether a boot met its expectation: the verdict is `expected`, if `expect_log` is given some
+/// console line contains it (the runner's own annotations do not count, since they quote the
+/// command line), and a boot expected to pass skipped nothing: every planned boot runs on an
+/// arch where each of its tests means something, so a SKIP there is a result that went
+/// missing. Returns the answer and a reason for a person.
 pub fn check(
     judgement: &Judgement,
     log: &str,
@@ -270,6 +295,12 @@ pub fn check(
                 format!("{got} as expected, but the console never printed `{needle}`"),
             );
         }
+    }
+    if expected == Verdict::Pass && !judgement.skipped_tests.is_empty() {
+        return (
+            false,
+            format!("unexpected SKIP: {}", quote_list(&judgement.skipped_tests)),
+        );
     }
     if expected == Verdict::Pass {
         (true, judgement.reason.clone())
@@ -313,15 +344,39 @@ mod tests {
             }
         );
         assert!(j.failing_tests.is_empty());
+        assert_eq!(j.skipped_tests, ["textpoke_selftest/b"]);
         assert_eq!(j.reason, "1 passed, 1 skipped in 1 KTAP document(s)");
-        assert!(check(&j, PASSING, Verdict::Pass, None).0);
-        assert!(check(&j, PASSING, Verdict::Pass, Some("Restarting")).0);
-        let (ok, why) = check(&j, PASSING, Verdict::Pass, Some("nope"));
+        // A boot expected to pass may not skip anything.
+        let (ok, why) = check(&j, PASSING, Verdict::Pass, None);
+        assert!(!ok);
+        assert_eq!(why, "unexpected SKIP: textpoke_selftest/b");
+
+        let clean = PASSING.replace(" # SKIP no arm64", "");
+        let j = judge(&clean, &Outcome::Exited(0), &[]);
+        assert!(check(&j, &clean, Verdict::Pass, None).0);
+        assert!(check(&j, &clean, Verdict::Pass, Some("Restarting")).0);
+        let (ok, why) = check(&j, &clean, Verdict::Pass, Some("nope"));
         assert!(!ok);
         assert!(why.contains("never printed `nope`"), "{why}");
-        let (ok, why) = check(&j, PASSING, Verdict::NotOk, None);
+        let (ok, why) = check(&j, &clean, Verdict::NotOk, None);
         assert!(!ok);
         assert!(why.starts_with("expected not-ok, got pass"), "{why}");
+    }
+
+    #[test]
+    fn required_suites_of_one_document() {
+        let log = "KTAP version 1\n1..2\n    KTAP version 1\n    # Subtest: textpoke_selftest\n    1..1\n    ok 1 a\nok 1 textpoke_selftest\n    KTAP version 1\n    # Subtest: textpoke_agent\n    1..1\n    ok 1 b\nok 2 textpoke_agent\n";
+        let need = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            judge(log, &Outcome::Exited(0), &names).verdict
+        };
+        assert_eq!(
+            need(&["textpoke_selftest", "textpoke_agent"]),
+            Verdict::Pass
+        );
+        assert_eq!(need(&["textpoke_demo"]), Verdict::MissingKtap);
+        // A prefix of a suite's name is not that suite.
+        assert_eq!(need(&["textpoke"]), Verdict::MissingKtap);
     }
 
     #[test]

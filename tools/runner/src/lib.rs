@@ -4,11 +4,14 @@
 //!
 //! The binary `textpoke-runner` is a thin command-line layer over these modules.
 
+pub mod bench;
 pub mod judge;
 pub mod ktap;
 pub mod qemu;
 pub mod report;
 pub mod splat;
+pub mod suite;
+pub mod trappath;
 
 /// Prefix of the lines the runner itself writes into a console log (the command line, QEMU's
 /// stderr, how QEMU ended). Analysis skips them, so they can quote anything.

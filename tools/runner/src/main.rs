@@ -1,16 +1,18 @@
-//! `textpoke-runner`: boots a guest under QEMU and judges it (`boot`), summarises a directory
-//! of boot reports (`summary`), or judges a saved console log (`parse`).
+//! `textpoke-runner`: plans the boots of a make target (`plan`), runs them (`suite`), boots one
+//! guest under QEMU and judges it (`boot`), summarises a run directory (`summary`), reports the
+//! benchmarks of one (`bench-report`), or judges a saved console log (`parse`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use textpoke_runner::judge::{self, Judgement, Outcome, Verdict};
 use textpoke_runner::ktap::Status;
-use textpoke_runner::qemu::{self, Arch, Machine};
-use textpoke_runner::report::{self, BootInfo, BootReport};
-use textpoke_runner::splat;
+use textpoke_runner::qemu::Arch;
+use textpoke_runner::report;
+use textpoke_runner::suite::{
+    self, Artifact, Echo, Manifest, PlannedBoot, RunOptions, Suite, Variant,
+};
 
 #[derive(Parser)]
 #[command(
@@ -24,12 +26,80 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Write DIR/manifest.json for a make target's boots; print the guests to build, one
+    /// `ARCH VARIANT` per line.
+    Plan {
+        /// The make target.
+        #[arg(value_enum)]
+        suite: Suite,
+        /// Arches to plan for (both by default).
+        #[arg(long = "arch", value_enum)]
+        arches: Vec<Arch>,
+        /// The run directory.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Run the boots of DIR/manifest.json whose guests were built, a few at a time.
+    Suite {
+        /// The run directory holding the manifest.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// A built guest, ARCH:VARIANT:KERNEL:INITRD (repeat per guest).
+        #[arg(long = "artifact", value_name = "ARCH:VARIANT:KERNEL:INITRD")]
+        artifacts: Vec<Artifact>,
+        /// Boots at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Emulator to run instead of qemu-system-x86_64/qemu-system-aarch64.
+        #[arg(long, value_name = "PROGRAM")]
+        qemu: Option<String>,
+        /// The guest kernel source's tools/testing/kunit/kunit.py, for the KTAP cross-check.
+        #[arg(long, value_name = "PATH")]
+        kunit: Option<PathBuf>,
+        /// Echo KTAP results and splats while the guests run.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// Record the result of a host check (DIR/NAME.json) for the summary.
+    Record {
+        /// The run directory.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The check's name, as the manifest lists it.
+        #[arg(long)]
+        name: String,
+        /// The check's exit status: 0 passed, anything else failed.
+        #[arg(long)]
+        status: i32,
+        /// Why, for a person.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Its log.
+        #[arg(long, default_value = "")]
+        log: String,
+    },
+    /// Check that a built textpoke.ko's trap path calls nothing a kprobe could be placed on;
+    /// print its functions, one per line.
+    TrapPath {
+        /// The module.
+        ko: PathBuf,
+    },
     /// Boot a guest, stream its console to DIR/NAME.log, judge it, write DIR/NAME.json.
     Boot(BootArgs),
-    /// Summarise every DIR/*.json; the last line is `N passed, M failed`.
+    /// Summarise a run directory: every DIR/*.json, and every boot DIR/manifest.json planned
+    /// but left without a report; the last line is `N passed, M failed`.
     Summary {
         /// Directory of boot reports.
         dir: PathBuf,
+    },
+    /// Read the benchmark samples of a run directory's console logs (`make bench`) and print
+    /// a table per arch; write it, the samples and a plot to DIR/bench/bench-ARCH.{md,json,svg}.
+    BenchReport {
+        /// The run directory.
+        dir: PathBuf,
+        /// Where to write instead of DIR/bench.
+        #[arg(long, value_name = "DIR")]
+        to: Option<PathBuf>,
     },
     /// Judge a saved console log as `boot` would, without booting.
     Parse {
@@ -93,16 +163,49 @@ struct Expectation {
     /// Text some console line must contain for the boot to count as ok.
     #[arg(long, value_name = "SUBSTRING")]
     expect_log: Option<String>,
-    /// A KTAP document (named by a `# NAME` line after its plan) that must be present.
-    #[arg(long = "require-doc", value_name = "NAME", num_args = 1..)]
-    require_doc: Vec<String>,
+    /// A KTAP document (named by a `# NAME` line after its plan) or suite (a top-level subtest
+    /// of an unnamed document) that must be present.
+    #[arg(long = "require", alias = "require-doc", value_name = "NAME", num_args = 1..)]
+    require: Vec<String>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Cmd::Plan { suite, arches, out } => plan(suite, arches, &out),
+        Cmd::Suite {
+            out,
+            artifacts,
+            jobs,
+            qemu,
+            kunit,
+            verbose,
+        } => run_suite(
+            &out,
+            &artifacts,
+            &RunOptions {
+                jobs,
+                qemu,
+                echo: if verbose { Echo::Results } else { Echo::Quiet },
+                kunit,
+            },
+        ),
+        Cmd::Record {
+            out,
+            name,
+            status,
+            reason,
+            log,
+        } => suite::record(&out, &name, status == 0, &reason, &log)
+            .map(|r| {
+                println!("{}", suite::summary_line(&r));
+                true
+            })
+            .map_err(Into::into),
+        Cmd::TrapPath { ko } => trap_path(&ko),
         Cmd::Boot(args) => boot(args),
         Cmd::Summary { dir } => summary(&dir),
+        Cmd::BenchReport { dir, to } => bench_report(&dir, to.as_deref()).map(|()| true),
         Cmd::Parse { log, expect } => parse(&log, &expect),
     };
     match result {
@@ -117,110 +220,149 @@ fn main() -> ExitCode {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn boot(args: BootArgs) -> Result<bool> {
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
-    let log_path = args.out.join(format!("{}.log", args.name));
-    let json_path = args.out.join(format!("{}.json", args.name));
-    let machine = Machine {
-        arch: args.arch,
-        kernel: args.kernel,
-        initrd: args.initrd,
-        smp: args.smp,
-        mem_mb: args.mem,
-        append: args.append,
-        qemu: args.qemu,
-        mttcg: args.mttcg,
+fn plan(suite: Suite, arches: Vec<Arch>, out: &std::path::Path) -> Result<bool> {
+    let arches = if arches.is_empty() {
+        vec![Arch::X86_64, Arch::Arm64]
+    } else {
+        arches
     };
-    let cmd = qemu::command(&machine);
-    let name = args.name.clone();
-    if !args.quiet {
-        println!("[{name}] {}", qemu::shell_words(&cmd));
+    let manifest = suite::plan(suite, &arches);
+    manifest.write(out)?;
+    for (arch, variant) in manifest.artifacts() {
+        println!("{arch} {variant}");
     }
+    Ok(true)
+}
 
-    let mut splat_seen = false;
-    let mut progress = |line: &str| {
-        if args.echo {
-            println!("[{name}] {line}");
-        } else if !args.quiet {
-            if textpoke_runner::ktap::is_result_line(line) {
-                println!(
-                    "[{name}] {}",
-                    textpoke_runner::ktap::strip_console_prefix(line)
-                );
-            } else if !splat_seen {
-                if let Some(s) = splat::find(line) {
-                    splat_seen = true;
-                    println!("[{name}] splat: {}", s.text);
+fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -> Result<bool> {
+    let manifest = Manifest::read(out)?.ok_or_else(|| {
+        format!(
+            "{} has no manifest: run `textpoke-runner plan` first",
+            out.display()
+        )
+    })?;
+    let results = suite::run(&manifest, artifacts, out, opts);
+    let mut ok = true;
+    for (name, r) in &results {
+        match r {
+            Ok(report) => ok &= report.ok,
+            Err(e) => {
+                eprintln!("textpoke-runner: {name}: {e}");
+                ok = false;
+            }
+        }
+    }
+    if manifest.suite == Suite::Run {
+        // The demo narrates what it did in `textpoke-agent: demo ...` lines.
+        for (_, report) in results
+            .iter()
+            .filter_map(|(n, r)| Some((n, r.as_ref().ok()?)))
+        {
+            let log = std::fs::read_to_string(&report.log).unwrap_or_default();
+            println!("\n-- {}: what the demo did", report.arch);
+            for line in log.lines() {
+                let line = textpoke_runner::ktap::strip_console_prefix(line);
+                if let Some(rest) = line.strip_prefix("textpoke-agent: demo ") {
+                    println!("   {rest}");
                 }
             }
         }
-    };
-    let run = qemu::run(
-        &cmd,
-        &log_path,
-        Duration::from_secs(args.timeout),
-        &mut progress,
-    )
-    .map_err(|e| format!("running {}: {e}", cmd[0]))?;
-
-    let judgement = judge::judge(&run.log, &run.outcome, &args.expect.require_doc);
-    let (ok, reason) = judge::check(
-        &judgement,
-        &run.log,
-        args.expect.expect,
-        args.expect.expect_log.as_deref(),
-    );
-    let report = BootReport::new(
-        BootInfo {
-            name: args.name,
-            arch: machine.arch,
-            smp: machine.smp,
-            mem_mb: machine.mem_mb,
-            expected: args.expect.expect,
-            expect_log: args.expect.expect_log,
-            log: log_path.display().to_string(),
-            seconds: (run.seconds * 10.0).round() / 10.0,
-            qemu_status: run.outcome.exit_status(),
-            command: cmd,
-        },
-        &judgement,
-        ok,
-        reason,
-    );
-    let json = serde_json::to_string_pretty(&report)?;
-    std::fs::write(&json_path, json + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
-    println!("{}", summary_line(&report));
+    }
+    if manifest.suite == Suite::Bench {
+        // A boot that failed may still have measured something: report what there is.
+        if let Err(e) = bench_report(out, None) {
+            eprintln!("textpoke-runner: {e}");
+            ok = false;
+        }
+    }
     Ok(ok)
 }
 
-fn summary_line(r: &BootReport) -> String {
-    format!(
-        "{} {} [{} smp={}]: verdict {}, expected {} ({} passed, {} failed, {} skipped, {:.1} s): {}{}",
-        if r.ok { "OK" } else { "FAILED" },
-        r.name,
-        r.arch,
-        r.smp,
-        r.verdict,
-        r.expected,
-        r.counts.passed,
-        r.counts.failed,
-        r.counts.skipped,
-        r.seconds,
-        r.reason,
-        if r.ok {
-            String::new()
-        } else {
-            format!(" (log: {})", r.log)
+/// Prints the bench tables of the run directory `dir` and writes them, the samples and the
+/// plots to `to` (by default DIR/bench).
+fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<()> {
+    let reports = textpoke_runner::bench::read_dir(dir)?;
+    let to = to.map_or_else(|| textpoke_runner::bench::default_out(dir), Into::into);
+    let written = textpoke_runner::bench::write(&reports, &to)?;
+    for r in &reports {
+        println!("\n{}", textpoke_runner::bench::markdown(r));
+        for s in &r.sources {
+            for p in &s.problems {
+                eprintln!("textpoke-runner: {}: unreadable sample: {p}", s.log);
+            }
         }
-    )
+    }
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn trap_path(ko: &std::path::Path) -> Result<bool> {
+    let t = textpoke_runner::trappath::read(ko)?;
+    for f in t.reachable() {
+        println!("{f}");
+    }
+    let escapes = t.escapes();
+    if t.in_section.is_empty() {
+        eprintln!("{}: no function in .kprobes.text", ko.display());
+        return Ok(false);
+    }
+    for e in &escapes {
+        eprintln!(
+            "{}: the trap path calls {e}, which kprobes may probe",
+            ko.display()
+        );
+    }
+    Ok(escapes.is_empty())
+}
+
+fn boot(args: BootArgs) -> Result<bool> {
+    let planned = PlannedBoot {
+        name: args.name,
+        arch: args.arch,
+        variant: Variant::Patched,
+        smp: args.smp,
+        mem_mb: args.mem,
+        timeout: args.timeout,
+        append: args.append.unwrap_or_default(),
+        expect: args.expect.expect,
+        expect_log: args.expect.expect_log,
+        require: args.expect.require,
+        kunit_check: false,
+    };
+    let artifact = Artifact {
+        arch: args.arch,
+        variant: Variant::Patched,
+        kernel: args.kernel,
+        initrd: args.initrd,
+    };
+    let echo = if args.echo {
+        Echo::All
+    } else if args.quiet {
+        Echo::Quiet
+    } else {
+        Echo::Results
+    };
+    let report = suite::boot(
+        &planned,
+        &artifact,
+        &args.out,
+        args.qemu.as_deref(),
+        args.mttcg,
+        echo,
+    )?;
+    println!("{}", suite::summary_line(&report));
+    Ok(report.ok)
 }
 
 fn summary(dir: &std::path::Path) -> Result<bool> {
     let entries =
         report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let (text, ok) = report::summary(&entries);
+    let planned = Manifest::read(dir)?
+        .map(|m| m.expected_reports())
+        .unwrap_or_default();
+    let (text, ok) = report::summary(&entries, &planned);
     print!("{text}");
     Ok(ok)
 }
@@ -229,7 +371,7 @@ fn parse(path: &std::path::Path, expect: &Expectation) -> Result<bool> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let log = String::from_utf8_lossy(&bytes);
     let outcome = Outcome::from_log(&log);
-    let judgement = judge::judge(&log, &outcome, &expect.require_doc);
+    let judgement = judge::judge(&log, &outcome, &expect.require);
     print_judgement(&judgement, &outcome);
     let (ok, reason) = judge::check(
         &judgement,

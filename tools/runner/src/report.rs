@@ -189,7 +189,10 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
-    paths.retain(|p| p.extension().is_some_and(|e| e == "json"));
+    paths.retain(|p| {
+        p.extension().is_some_and(|e| e == "json")
+            && p.file_name().is_some_and(|n| n != crate::suite::MANIFEST)
+    });
     paths.sort();
     Ok(paths
         .into_iter()
@@ -202,12 +205,18 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
         .collect())
 }
 
-/// Renders the summary of a set of boots. Returns the text, whose last line is exactly
-/// `N passed, M failed`, and whether everything came out as expected.
-pub fn summary(entries: &[Entry]) -> (String, bool) {
+/// Renders the summary of a set of boots. `planned` names every report the run was planned to
+/// produce (its manifest's); each one missing counts as a failure, named. Returns the text,
+/// whose last line is exactly `N passed, M failed`, and whether everything came out as
+/// expected.
+pub fn summary(entries: &[Entry], planned: &[String]) -> (String, bool) {
     let reports: Vec<&BootReport> = entries
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let missing: Vec<&String> = planned
+        .iter()
+        .filter(|name| !reports.iter().any(|r| r.name == **name))
         .collect();
     let unreadable: Vec<(&PathBuf, &String)> = entries
         .iter()
@@ -262,6 +271,12 @@ pub fn summary(entries: &[Entry]) -> (String, bool) {
             let _ = writeln!(out, "{t}");
         }
     }
+    if !missing.is_empty() {
+        let _ = writeln!(out, "\nPlanned but never run (no report):");
+        for name in &missing {
+            let _ = writeln!(out, "  {name}");
+        }
+    }
     if !failing.is_empty() || !unreadable.is_empty() {
         let _ = writeln!(out, "\nFailing boots:");
         for r in &failing {
@@ -273,10 +288,10 @@ pub fn summary(entries: &[Entry]) -> (String, bool) {
     }
 
     let mut t = tally(reports.iter().copied());
-    t.failed += unreadable.len();
+    t.failed += unreadable.len() + missing.len();
     let _ = writeln!(out, "\n{} skipped", t.skipped);
     let _ = writeln!(out, "{} passed, {} failed", t.passed, t.failed);
-    let all_ok = t.failed == 0 && failing.is_empty() && unreadable.is_empty();
+    let all_ok = t.failed == 0 && failing.is_empty() && unreadable.is_empty() && missing.is_empty();
     (out, all_ok)
 }
 
@@ -348,7 +363,7 @@ mod tests {
                 Ok(report("b", NotOk, NotOk, (1, 1, 0))),
             ),
         ];
-        let (text, ok) = summary(&entries);
+        let (text, ok) = summary(&entries, &[]);
         assert!(ok, "{text}");
         assert_eq!(text.lines().last(), Some("5 passed, 0 failed"));
         assert!(text.contains("\n1 skipped\n"), "{text}");
@@ -371,7 +386,7 @@ mod tests {
                 Err("expected value at line 1".into()),
             ),
         ];
-        let (text, ok) = summary(&entries);
+        let (text, ok) = summary(&entries, &[]);
         assert!(!ok);
         assert_eq!(text.lines().last(), Some("7 passed, 3 failed"));
         assert!(
@@ -389,9 +404,32 @@ mod tests {
     fn ok_false_fails_the_summary_even_without_a_failed_count() {
         let mut r = report("a", Verdict::Pass, Verdict::Pass, (2, 0, 0));
         r.ok = false; // e.g. `--expect-log` not found
-        let (text, ok) = summary(&[(PathBuf::from("a.json"), Ok(r))]);
+        let (text, ok) = summary(&[(PathBuf::from("a.json"), Ok(r))], &[]);
         assert!(!ok);
         assert_eq!(text.lines().last(), Some("2 passed, 1 failed"));
+    }
+
+    #[test]
+    fn a_planned_boot_without_a_report_fails_by_name() {
+        let entries: Vec<Entry> = vec![(
+            PathBuf::from("out/x86_64-smp2.json"),
+            Ok(report(
+                "x86_64-smp2",
+                Verdict::Pass,
+                Verdict::Pass,
+                (4, 0, 0),
+            )),
+        )];
+        let planned = ["x86_64-smp2".to_owned(), "arm64-smp2".to_owned()];
+        let (text, ok) = summary(&entries, &planned);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("Planned but never run (no report):\n  arm64-smp2\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().last(), Some("4 passed, 1 failed"));
+        let (text, ok) = summary(&entries, &planned[..1]);
+        assert!(ok, "{text}");
     }
 
     #[test]

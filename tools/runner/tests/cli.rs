@@ -95,7 +95,7 @@ printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..3\r\n[    1.000002] #
 printf '[    1.100000] ok 1 pending_lookup\r\n'
 printf '[    1.200000]   random indented noise\r\n'
 printf '[    1.300000] ok 2 warns_on_bad_input\r\n'
-printf '[    1.400000] ok 3 arm64_only # SKIP not arm64\r\n'
+printf '[    1.400000] ok 3 third\r\n'
 printf '[    2.000000] reboot: Restarting system'
 "#;
 
@@ -125,8 +125,8 @@ fn boot_pass_then_summary_and_parse() {
     assert_eq!(r["smp"], 4);
     assert_eq!(r["arch"], "x86_64");
     assert_eq!(r["mem_mb"], 1024);
-    assert_eq!(r["counts"]["passed"], 2);
-    assert_eq!(r["counts"]["skipped"], 1);
+    assert_eq!(r["counts"]["passed"], 3);
+    assert_eq!(r["counts"]["skipped"], 0);
     assert_eq!(r["counts"]["failed"], 0);
     assert_eq!(r["qemu_status"], 0);
     assert_eq!(r["documents"][0]["name"], "textpoke_selftest");
@@ -165,10 +165,10 @@ fn boot_pass_then_summary_and_parse() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         stdout.lines().last(),
-        Some("2 passed, 0 failed"),
+        Some("3 passed, 0 failed"),
         "{stdout}"
     );
-    assert!(stdout.contains("\n1 skipped\n"), "{stdout}");
+    assert!(stdout.contains("\n0 skipped\n"), "{stdout}");
 
     let log_path = s.out().join("x86-pass.log");
     let o = run(&[
@@ -179,13 +179,9 @@ fn boot_pass_then_summary_and_parse() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains("SKIP textpoke_selftest/arm64_only (line "),
-        "{stdout}"
-    );
     assert_eq!(
         stdout.lines().last(),
-        Some("2 passed, 0 failed, 1 skipped"),
+        Some("3 passed, 0 failed, 0 skipped"),
         "{stdout}"
     );
     let o = run(&[
@@ -353,4 +349,81 @@ fn parse_a_plain_serial_log() {
     );
     let o = run(&["parse", path.to_str().unwrap(), "--expect", "not-ok"]);
     assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A guest whose single KTAP document holds the two suites every test boot must show.
+const SUITES_GUEST: &str = r#"
+printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
+printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
+printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
+printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
+printf '[    1.000009]     1..1\r\n[    1.000010]     ok 1 b\r\n[    1.000011] ok 2 textpoke_agent\r\n'
+"#;
+
+#[test]
+fn a_skip_fails_a_boot_expected_to_pass() {
+    let s = Scratch::new("skip");
+    let qemu = s.fake_qemu(
+        "qemu",
+        &PASSING_GUEST.replace("ok 3 third", "ok 3 third # SKIP not here"),
+    );
+    let (o, r) = boot(&s, "x86-skip", &qemu, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["reason"], "unexpected SKIP: textpoke_selftest/third");
+}
+
+#[test]
+fn plan_suite_and_a_guest_that_was_never_built() {
+    let s = Scratch::new("suite");
+    let qemu = s.fake_qemu("qemu", SUITES_GUEST);
+    let out = s.out();
+    let out = out.to_str().unwrap();
+    let o = run(&[
+        "plan", "test", "--arch", "x86_64", "--arch", "arm64", "--out", out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "x86_64 patched\narm64 patched\nx86_64 mitigations\nx86_64 unpatched\n"
+    );
+    // Only the x86_64 guests were built: the arm64 one "failed".
+    let o = run(&[
+        "suite",
+        "--out",
+        out,
+        "--qemu",
+        &qemu,
+        "--artifact",
+        "x86_64:patched:/k/bzImage:/i/x.cpio",
+        "--artifact",
+        "x86_64:unpatched:/k/bzImage-u:/i/u.cpio",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("SKIPPED arm64-smp2: not run: no arm64 patched guest was built"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("OK x86_64-smp2 [x86_64 smp=2]"), "{stdout}");
+    let o = run(&["summary", out]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains(
+            "Planned but never run (no report):\n  x86_64-smp2.kunit\n  arm64-smp2\n  \
+             arm64-smp2.kunit\n  arm64-smp4\n  x86_64-mitigations\n  harness-foreign-brk\n  \
+             harness-foreign-brk-swallowed\n"
+        ),
+        "{stdout}"
+    );
+    // 2 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
+    // the failures they must be (4 failed); the 4 arm64 boots and the x86_64 mitigations boot
+    // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (7
+    // failed).
+    assert_eq!(
+        stdout.lines().last(),
+        Some("4 passed, 11 failed"),
+        "{stdout}"
+    );
 }

@@ -1,0 +1,939 @@
+//! The boots each make target runs, as typed data: the matrix, the manifest a run writes
+//! before anything is built, and running a planned set of boots a few at a time.
+//!
+//! `tools/test.sh` (and `run.sh`, `bench.sh`) only build: they ask [`plan`] which kernels and
+//! initramfs images the suite needs (`textpoke-runner plan`), build those, and hand the paths
+//! of whatever was built to [`run`] (`textpoke-runner suite`). The manifest lists every planned
+//! boot up front, so a boot that never ran, because its guest failed to build or its artifacts
+//! were never handed over, is a failure the summary names rather than a silent gap.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::judge::{self, Counts, Verdict};
+use crate::qemu::{self, Arch, Machine};
+use crate::report::{BootInfo, BootReport};
+use crate::splat;
+
+/// What a make target runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Suite {
+    /// `make test`: the guest test suite at two CPU counts per arch, plus the harness checks.
+    Test,
+    /// `make run`: the demo, one boot per arch.
+    Run,
+    /// `make bench`: the benchmarks, one boot per arch.
+    Bench,
+    /// `make test-debug`: the guest test suite and the unload stress on the KASAN kernel.
+    TestDebug,
+}
+
+/// Which kernel (and initramfs) a boot needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// Debian's 6.12 with `tools/patches`.
+    Patched,
+    /// Debian's 6.12 without the series: textpoke must refuse to load.
+    Unpatched,
+    /// The patched kernel with IBT and Debian's CPU mitigations, as far as clang 14 goes
+    /// (x86_64 only; tools/kconfig/mitigations.config).
+    Mitigations,
+    /// The patched kernel with KASAN, lockdep and other debug checks (tools/kconfig/kasan.config).
+    Kasan,
+}
+
+impl Variant {
+    /// Every variant, with the name `tools/kernel.sh` and `tools/guests.sh` know it by.
+    pub const ALL: [(Self, &'static str); 4] = [
+        (Self::Patched, "patched"),
+        (Self::Unpatched, "unpatched"),
+        (Self::Mitigations, "mitigations"),
+        (Self::Kasan, "kasan"),
+    ];
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::ALL
+            .iter()
+            .find(|(v, _)| v == self)
+            .map_or("?", |(_, n)| n);
+        f.write_str(name)
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(v, _)| *v)
+            .ok_or_else(|| {
+                format!("unknown variant `{s}` (patched, unpatched, mitigations or kasan)")
+            })
+    }
+}
+
+/// A built guest: what `tools/guests.sh ARCH VARIANT` printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Guest architecture.
+    pub arch: Arch,
+    /// Which kernel.
+    pub variant: Variant,
+    /// Kernel image.
+    pub kernel: PathBuf,
+    /// Initramfs.
+    pub initrd: PathBuf,
+}
+
+impl std::str::FromStr for Artifact {
+    type Err = String;
+    /// Parses `ARCH:VARIANT:KERNEL:INITRD`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.splitn(4, ':').collect();
+        let [arch, variant, kernel, initrd] = parts.as_slice() else {
+            return Err(format!("`{s}` is not ARCH:VARIANT:KERNEL:INITRD"));
+        };
+        let arch = match *arch {
+            "x86_64" => Arch::X86_64,
+            "arm64" => Arch::Arm64,
+            other => return Err(format!("unknown arch `{other}`")),
+        };
+        Ok(Self {
+            arch,
+            variant: variant.parse()?,
+            kernel: PathBuf::from(kernel),
+            initrd: PathBuf::from(initrd),
+        })
+    }
+}
+
+/// One planned boot: everything needed to run and judge it but the artifact paths.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedBoot {
+    /// Names its log and report.
+    pub name: String,
+    /// Guest architecture.
+    pub arch: Arch,
+    /// Which kernel.
+    pub variant: Variant,
+    /// Guest CPUs.
+    pub smp: u32,
+    /// Guest memory in MiB.
+    pub mem_mb: u32,
+    /// Hard limit on QEMU's run time, in seconds.
+    pub timeout: u64,
+    /// Extra kernel arguments.
+    pub append: String,
+    /// The verdict that counts as ok (anything but `pass` checks the harness itself).
+    pub expect: Verdict,
+    /// Text some console line must contain.
+    pub expect_log: Option<String>,
+    /// KTAP suites (top-level subtests) or named documents that must be present.
+    pub require: Vec<String>,
+    /// Whether to check that the kernel's own KTAP parser counts this boot's results as the
+    /// runner does (`tools/testing/kunit/kunit.py parse`).
+    pub kunit_check: bool,
+}
+
+impl PlannedBoot {
+    fn artifact_key(&self) -> (Arch, Variant) {
+        (self.arch, self.variant)
+    }
+}
+
+/// A run's plan, written to `DIR/manifest.json` before anything is built.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// What was asked for.
+    pub suite: Suite,
+    /// The arches asked for.
+    pub arches: Vec<Arch>,
+    /// Every boot the run must produce a report for.
+    pub boots: Vec<PlannedBoot>,
+    /// The host checks the run must record a result for (`textpoke-runner record`).
+    #[serde(default)]
+    pub checks: Vec<String>,
+}
+
+/// The manifest's file name in a run directory.
+pub const MANIFEST: &str = "manifest.json";
+
+/// Suffix of the report of a boot's kunit.py cross-check.
+pub const KUNIT_SUFFIX: &str = "kunit";
+
+impl Manifest {
+    /// The `(arch, variant)` pairs the boots need, in a stable order.
+    pub fn artifacts(&self) -> Vec<(Arch, Variant)> {
+        let mut v: Vec<(Arch, Variant)> = Vec::new();
+        for b in &self.boots {
+            if !v.contains(&b.artifact_key()) {
+                v.push(b.artifact_key());
+            }
+        }
+        v
+    }
+
+    /// The report names the run must produce: one per boot, plus one per kunit.py check.
+    pub fn expected_reports(&self) -> Vec<String> {
+        self.boots
+            .iter()
+            .flat_map(|b| {
+                let check = b.kunit_check.then(|| format!("{}.{KUNIT_SUFFIX}", b.name));
+                std::iter::once(b.name.clone()).chain(check)
+            })
+            .collect()
+    }
+
+    /// Writes the manifest into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let path = dir.join(MANIFEST);
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// Reads the manifest of `dir`, if it has one.
+    pub fn read(dir: &Path) -> Result<Option<Self>, String> {
+        let path = dir.join(MANIFEST);
+        match std::fs::read_to_string(&path) {
+            Ok(s) => serde_json::from_str(&s)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// The suites every test boot's single KTAP document must contain.
+const TEST_SUITES: [&str; 2] = ["textpoke_selftest", "textpoke_agent"];
+
+fn guest(arch: Arch, name: &str, smp: u32, mem_mb: u32, mode: &str, suite: &str) -> PlannedBoot {
+    PlannedBoot {
+        name: name.to_owned(),
+        arch,
+        variant: Variant::Patched,
+        smp,
+        mem_mb,
+        timeout: 900,
+        append: format!("textpoke.mode={mode}"),
+        expect: Verdict::Pass,
+        expect_log: None,
+        require: vec![TEST_SUITES[0].to_owned(), suite.to_owned()],
+        kunit_check: false,
+    }
+}
+
+/// A boot of the x86_64 guest that must fail in the way `expect` says: a check of the harness.
+fn harness(name: &str, check: &str, expect: Verdict, expect_log: Option<&str>) -> PlannedBoot {
+    PlannedBoot {
+        name: format!("harness-{name}"),
+        arch: Arch::X86_64,
+        variant: Variant::Patched,
+        smp: 2,
+        mem_mb: 1024,
+        timeout: 900,
+        append: format!("textpoke.mode=check={check}"),
+        expect,
+        expect_log: expect_log.map(str::to_owned),
+        require: Vec::new(),
+        kunit_check: false,
+    }
+}
+
+/// Kernel arguments of the KASAN boots (see [`plan`]).
+const KASAN_APPEND: &str = "preempt=none rcupdate.rcu_cpu_stall_timeout=300";
+
+/// The unload stress: [`STRESS_SUITE`]'s load/unload cycles of textpoke and the exerciser,
+/// with unloads tried while batches are live (tools/agent/src/stress.rs).
+pub const STRESS_SUITE: &str = "textpoke_stress";
+
+/// The boots `suite` runs on `arches`.
+pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
+    let mut boots = Vec::new();
+    for &arch in arches {
+        match suite {
+            Suite::TestDebug => {
+                // KASAN (inline, with vmalloc shadow), lockdep, DEBUG_ATOMIC_SLEEP,
+                // DEBUG_PREEMPT, DEBUG_LIST and DEBUG_OBJECTS, under panic_on_warn: any report
+                // is a splat that fails the boot. KASAN slows TCG down three- to fourfold: the
+                // negative controls (a check of the checkers, each reloading the modules) stay
+                // in `make test`, and a grace period can wait longer than RCU's 21 s for a vCPU
+                // to get its turn (as in the benchmarks). The kernel is built preemptible with
+                // the model chosen at boot (PREEMPT_DYNAMIC); these boots choose the test
+                // kernel's, `none`.
+                let mut suite = guest(
+                    arch,
+                    &format!("{arch}-kasan-smp4"),
+                    4,
+                    2048,
+                    "test",
+                    "textpoke_agent",
+                );
+                suite.variant = Variant::Kasan;
+                suite.timeout = 1800;
+                suite.append.push_str(" textpoke.controls=0 ");
+                suite.append.push_str(KASAN_APPEND);
+                boots.push(suite);
+                let mut stress = guest(
+                    arch,
+                    &format!("{arch}-kasan-stress"),
+                    4,
+                    2048,
+                    "stress",
+                    STRESS_SUITE,
+                );
+                stress.variant = Variant::Kasan;
+                stress.timeout = 1800;
+                stress.append.push(' ');
+                stress.append.push_str(KASAN_APPEND);
+                boots.push(stress);
+            }
+            Suite::Test => {
+                let mut smp2 = guest(
+                    arch,
+                    &format!("{arch}-smp2"),
+                    2,
+                    1024,
+                    "test",
+                    "textpoke_agent",
+                );
+                // One log per arch goes through the kernel's own KTAP parser too.
+                smp2.kunit_check = true;
+                boots.push(smp2);
+                boots.push(guest(
+                    arch,
+                    &format!("{arch}-smp4"),
+                    4,
+                    2048,
+                    "test",
+                    "textpoke_agent",
+                ));
+            }
+            Suite::Run => boots.push(guest(
+                arch,
+                &format!("{arch}-demo"),
+                2,
+                1024,
+                "run",
+                "textpoke_demo",
+            )),
+            Suite::Bench => {
+                let mut b = guest(
+                    arch,
+                    &format!("{arch}-bench"),
+                    4,
+                    2048,
+                    "bench",
+                    "textpoke_bench",
+                );
+                // Under TCG one arm64 batch of 4096 sites takes tens of seconds with upstream's
+                // mechanism as with ours.
+                b.timeout = 2400;
+                b.append.push_str(" rcupdate.rcu_cpu_stall_timeout=300");
+                boots.push(b);
+            }
+        }
+    }
+    if suite == Suite::Test && arches.contains(&Arch::X86_64) {
+        // x86 as distributions build it: IBT and the CPU mitigations clang 14 can build
+        // (retpolines, page-table isolation, ...), objtool-checked modules, the same suite.
+        let mut mitigations = guest(
+            Arch::X86_64,
+            "x86_64-mitigations",
+            2,
+            1024,
+            "test",
+            "textpoke_agent",
+        );
+        mitigations.variant = Variant::Mitigations;
+        boots.push(mitigations);
+    }
+    if suite == Suite::Test && arches.contains(&Arch::X86_64) {
+        boots.push(harness(
+            "not-ok",
+            "not_ok",
+            Verdict::NotOk,
+            Some("a_test_that_fails"),
+        ));
+        let mut hang = harness("hang", "hang", Verdict::Timeout, None);
+        hang.timeout = 40;
+        boots.push(hang);
+        boots.push(harness(
+            "warn",
+            "warn",
+            Verdict::Splat,
+            Some("harness_warn"),
+        ));
+        let mut no_series = harness(
+            "no-series",
+            "no_series",
+            Verdict::NotOk,
+            Some("lacks the textpoke patch series"),
+        );
+        no_series.variant = Variant::Unpatched;
+        boots.push(no_series);
+    }
+    if suite == Suite::Test && arches.contains(&Arch::Arm64) {
+        // A `BRK #0x008` that is no guard of textpoke's must kill the kernel ("Oops - BRK"),
+        // not be hidden; the debug build's seeded defect that swallows it must be caught.
+        let mut brk = harness(
+            "foreign-brk",
+            "foreign_brk",
+            Verdict::Splat,
+            Some("Oops - BRK"),
+        );
+        brk.arch = Arch::Arm64;
+        boots.push(brk);
+        let mut swallowed = harness(
+            "foreign-brk-swallowed",
+            "foreign_brk_swallowed",
+            Verdict::NotOk,
+            Some("it was swallowed"),
+        );
+        swallowed.arch = Arch::Arm64;
+        boots.push(swallowed);
+    }
+    let mut checks = Vec::new();
+    if suite == Suite::Test {
+        checks.extend(
+            HOST_CHECKS
+                .iter()
+                .map(|c| (*c).to_owned())
+                .chain(arches.iter().map(|a| format!("lint-{a}"))),
+        );
+    }
+    Manifest {
+        suite,
+        arches: arches.to_vec(),
+        boots,
+        checks,
+    }
+}
+
+/// The host checks of `make test`, recorded by tools/test.sh with `textpoke-runner record`.
+pub const HOST_CHECKS: &[&str] = &[
+    "host-tests",
+    "loom",
+    "mutants",
+    "fuzz-smoke",
+    "clippy",
+    "rustfmt",
+    "checkpatch",
+];
+
+/// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary.
+pub fn record(
+    out: &Path,
+    name: &str,
+    ok: bool,
+    reason: &str,
+    log: &str,
+) -> Result<BootReport, String> {
+    let report = BootReport {
+        name: name.to_owned(),
+        arch: host_arch(),
+        smp: 0,
+        mem_mb: 0,
+        verdict: if ok { Verdict::Pass } else { Verdict::NotOk },
+        expected: Verdict::Pass,
+        expect_log: None,
+        ok,
+        reason: reason.to_owned(),
+        counts: Counts {
+            passed: usize::from(ok),
+            failed: usize::from(!ok),
+            skipped: 0,
+        },
+        failing_tests: if ok {
+            Vec::new()
+        } else {
+            vec![name.to_owned()]
+        },
+        documents: Vec::new(),
+        splat: None,
+        log: log.to_owned(),
+        seconds: 0.0,
+        qemu_status: None,
+        command: Vec::new(),
+    };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    let path = out.join(format!("{name}.json"));
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    std::fs::write(&path, json + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(report)
+}
+
+/// The arch the host runs on, for host checks' reports.
+fn host_arch() -> Arch {
+    if cfg!(target_arch = "aarch64") {
+        Arch::Arm64
+    } else {
+        Arch::X86_64
+    }
+}
+
+/// How console progress is shown while boots run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Echo {
+    /// Only each boot's summary line.
+    Quiet,
+    /// KTAP results and the first splat.
+    Results,
+    /// Every console line.
+    All,
+}
+
+/// Boots `boot` from `artifact` with `qemu_program` (or the usual emulator), writes
+/// `DIR/NAME.log` and `DIR/NAME.json`, and returns the report.
+pub fn boot(
+    boot: &PlannedBoot,
+    artifact: &Artifact,
+    out: &Path,
+    qemu_program: Option<&str>,
+    mttcg: bool,
+    echo: Echo,
+) -> Result<BootReport, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let log_path = out.join(format!("{}.log", boot.name));
+    let json_path = out.join(format!("{}.json", boot.name));
+    let machine = Machine {
+        arch: boot.arch,
+        kernel: artifact.kernel.clone(),
+        initrd: artifact.initrd.clone(),
+        smp: boot.smp,
+        mem_mb: boot.mem_mb,
+        append: Some(boot.append.clone()),
+        qemu: qemu_program.map(str::to_owned),
+        mttcg,
+    };
+    let cmd = qemu::command(&machine);
+    let name = &boot.name;
+    if echo != Echo::Quiet {
+        println!("[{name}] {}", qemu::shell_words(&cmd));
+    }
+    let mut splat_seen = false;
+    let mut progress = |line: &str| match echo {
+        Echo::All => println!("[{name}] {line}"),
+        Echo::Results => {
+            if crate::ktap::is_result_line(line) {
+                println!("[{name}] {}", crate::ktap::strip_console_prefix(line));
+            } else if !splat_seen {
+                if let Some(s) = splat::find(line) {
+                    splat_seen = true;
+                    println!("[{name}] splat: {}", s.text);
+                }
+            }
+        }
+        Echo::Quiet => {}
+    };
+    let run = qemu::run(
+        &cmd,
+        &log_path,
+        Duration::from_secs(boot.timeout),
+        &mut progress,
+    )
+    .map_err(|e| format!("running {}: {e}", cmd[0]))?;
+    let judgement = judge::judge(&run.log, &run.outcome, &boot.require);
+    let (ok, reason) = judge::check(
+        &judgement,
+        &run.log,
+        boot.expect,
+        boot.expect_log.as_deref(),
+    );
+    let report = BootReport::new(
+        BootInfo {
+            name: boot.name.clone(),
+            arch: boot.arch,
+            smp: boot.smp,
+            mem_mb: boot.mem_mb,
+            expected: boot.expect,
+            expect_log: boot.expect_log.clone(),
+            log: log_path.display().to_string(),
+            seconds: (run.seconds * 10.0).round() / 10.0,
+            qemu_status: run.outcome.exit_status(),
+            command: cmd,
+        },
+        &judgement,
+        ok,
+        reason,
+    );
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&json_path, json + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
+    Ok(report)
+}
+
+/// Counts of a run of `kunit.py parse`, from its closing line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KunitCounts {
+    /// Tests kunit.py ran (counted), in all.
+    pub total: usize,
+    /// Passed.
+    pub passed: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Skipped.
+    pub skipped: usize,
+}
+
+/// Reads kunit.py's `Testing complete. Ran N tests: passed: P, failed: F, skipped: S` line
+/// (the parts that are zero are left out by kunit.py).
+pub fn parse_kunit_summary(output: &str) -> Option<KunitCounts> {
+    let line = output
+        .lines()
+        .map(|l| l.trim())
+        // kunit.py colours its output when it thinks it writes to a terminal.
+        .map(|l| l.replace("\u{1b}[0m", "").replace("\u{1b}[1;32m", ""))
+        .find(|l| l.contains("Testing complete. Ran "))?;
+    let after = line.split("Testing complete. Ran ").nth(1)?;
+    let (total, rest) = after.split_once(" test")?;
+    let mut c = KunitCounts {
+        total: total.trim().parse().ok()?,
+        ..KunitCounts::default()
+    };
+    for part in rest.split([',', ':']).collect::<Vec<_>>().windows(2) {
+        let (key, value) = (part[0].trim(), part[1].trim());
+        let n = value.split_whitespace().next().and_then(|v| v.parse().ok());
+        match (key.rsplit(' ').next(), n) {
+            (Some("passed"), Some(n)) => c.passed = n,
+            (Some("failed"), Some(n)) => c.failed = n,
+            (Some("skipped"), Some(n)) => c.skipped = n,
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+/// Runs `python3 KUNIT parse LOG` and compares its counts with the runner's for the same log;
+/// writes `DIR/NAME.kunit.json` as a one-test check and returns its report.
+pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootReport, String> {
+    let name = format!("{}.{KUNIT_SUFFIX}", boot.name);
+    let output = Command::new("python3")
+        .arg(kunit)
+        .arg("parse")
+        .arg(&boot.log)
+        .output();
+    let (ok, reason) = match output {
+        Err(e) => (
+            false,
+            format!("could not run python3 {}: {e}", kunit.display()),
+        ),
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            std::fs::write(out.join(format!("{name}.log")), &text)
+                .map_err(|e| format!("writing the kunit.py output: {e}"))?;
+            match parse_kunit_summary(&text) {
+                None => (
+                    false,
+                    format!(
+                        "kunit.py printed no `Testing complete` line (exit {:?})",
+                        o.status.code()
+                    ),
+                ),
+                Some(k) => {
+                    let ours = boot.counts;
+                    let same = k.passed == ours.passed
+                        && k.failed == ours.failed
+                        && k.skipped == ours.skipped
+                        && k.total == ours.passed + ours.failed + ours.skipped;
+                    (
+                        same,
+                        format!(
+                            "kunit.py counted {} tests (passed {}, failed {}, skipped {}); the runner {} (passed {}, failed {}, skipped {})",
+                            k.total,
+                            k.passed,
+                            k.failed,
+                            k.skipped,
+                            ours.passed + ours.failed + ours.skipped,
+                            ours.passed,
+                            ours.failed,
+                            ours.skipped
+                        ),
+                    )
+                }
+            }
+        }
+    };
+    let report = BootReport {
+        name: name.clone(),
+        arch: boot.arch,
+        smp: boot.smp,
+        mem_mb: boot.mem_mb,
+        verdict: if ok { Verdict::Pass } else { Verdict::NotOk },
+        expected: Verdict::Pass,
+        expect_log: None,
+        ok,
+        reason,
+        counts: Counts {
+            passed: usize::from(ok),
+            failed: usize::from(!ok),
+            skipped: 0,
+        },
+        failing_tests: if ok { Vec::new() } else { vec![name.clone()] },
+        documents: Vec::new(),
+        splat: None,
+        log: out.join(format!("{name}.log")).display().to_string(),
+        seconds: 0.0,
+        qemu_status: None,
+        command: vec![
+            "python3".into(),
+            kunit.display().to_string(),
+            "parse".into(),
+            boot.log.clone(),
+        ],
+    };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    let path = out.join(format!("{name}.json"));
+    std::fs::write(&path, json + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(report)
+}
+
+/// What [`run`] returns for each planned report: its name, and the report or why there is none.
+pub type Outcome = (String, Result<BootReport, String>);
+
+/// How [`run`] runs a manifest.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Boots at once (single-threaded TCG uses one host core per boot).
+    pub jobs: usize,
+    /// The emulator to use instead of `qemu-system-*`.
+    pub qemu: Option<String>,
+    /// Progress shown.
+    pub echo: Echo,
+    /// `tools/testing/kunit/kunit.py` of the guest kernel's source, for the cross-checks.
+    pub kunit: Option<PathBuf>,
+}
+
+/// Runs every boot of `manifest` whose artifact is in `artifacts`, `jobs` at a time, and writes
+/// their reports into `out`. A boot without its artifact is not run: the summary, which reads
+/// the manifest, reports it. Returns the reports written, in the manifest's order, and one line
+/// per boot for a person.
+pub fn run(
+    manifest: &Manifest,
+    artifacts: &[Artifact],
+    out: &Path,
+    opts: &RunOptions,
+) -> Vec<Outcome> {
+    let by_key: BTreeMap<(u8, Variant), &Artifact> = artifacts
+        .iter()
+        .map(|a| ((arch_key(a.arch), a.variant), a))
+        .collect();
+    let next = AtomicUsize::new(0);
+    // With each outcome, its boot's place in the manifest, for a stable order.
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..opts.jobs.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(b) = manifest.boots.get(i) else {
+                    return;
+                };
+                let Some(artifact) = by_key.get(&(arch_key(b.arch), b.variant)) else {
+                    let why = format!("not run: no {} {} guest was built", b.arch, b.variant);
+                    println!("SKIPPED {}: {why}", b.name);
+                    results
+                        .lock()
+                        .unwrap()
+                        .push((i, (b.name.clone(), Err(why))));
+                    continue;
+                };
+                let r = boot(b, artifact, out, opts.qemu.as_deref(), false, opts.echo);
+                if let Ok(report) = &r {
+                    println!("{}", summary_line(report));
+                }
+                let mut done = vec![(i, (b.name.clone(), r.clone()))];
+                if let (Some(kunit), Ok(report)) = (&opts.kunit, &r) {
+                    if b.kunit_check {
+                        let k = kunit_check(report, kunit, out);
+                        if let Ok(k) = &k {
+                            println!("{}", summary_line(k));
+                        }
+                        done.push((i, (format!("{}.{KUNIT_SUFFIX}", b.name), k)));
+                    }
+                }
+                results.lock().unwrap().extend(done);
+            });
+        }
+    });
+    let mut v = results.into_inner().unwrap();
+    v.sort_by(|(i, (a, _)), (j, (b, _))| (i, a).cmp(&(j, b)));
+    v.into_iter().map(|(_, o)| o).collect()
+}
+
+fn arch_key(a: Arch) -> u8 {
+    match a {
+        Arch::X86_64 => 0,
+        Arch::Arm64 => 1,
+    }
+}
+
+/// One line saying how a boot went.
+pub fn summary_line(r: &BootReport) -> String {
+    format!(
+        "{} {} [{} smp={}]: verdict {}, expected {} ({} passed, {} failed, {} skipped, {:.1} s): {}{}",
+        if r.ok { "OK" } else { "FAILED" },
+        r.name,
+        r.arch,
+        r.smp,
+        r.verdict,
+        r.expected,
+        r.counts.passed,
+        r.counts.failed,
+        r.counts.skipped,
+        r.seconds,
+        r.reason,
+        if r.ok {
+            String::new()
+        } else {
+            format!(" (log: {})", r.log)
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_plan_covers_both_arches_and_the_harness() {
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x86_64-smp2",
+                "x86_64-smp4",
+                "arm64-smp2",
+                "arm64-smp4",
+                "x86_64-mitigations",
+                "harness-not-ok",
+                "harness-hang",
+                "harness-warn",
+                "harness-no-series",
+                "harness-foreign-brk",
+                "harness-foreign-brk-swallowed"
+            ]
+        );
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Patched),
+                (Arch::Arm64, Variant::Patched),
+                (Arch::X86_64, Variant::Mitigations),
+                (Arch::X86_64, Variant::Unpatched)
+            ]
+        );
+        let mitigations = m
+            .boots
+            .iter()
+            .find(|b| b.variant == Variant::Mitigations)
+            .unwrap();
+        assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
+        assert_eq!(mitigations.require, TEST_SUITES);
+        assert_eq!(
+            m.expected_reports()
+                .iter()
+                .filter(|n| n.ends_with(".kunit"))
+                .count(),
+            2
+        );
+        // The demo builds no unpatched kernel.
+        let demo = plan(Suite::Run, &[Arch::X86_64, Arch::Arm64]);
+        assert_eq!(demo.boots.len(), 2);
+        assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
+        // One arch: its boots and its own harness checks only.
+        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 4);
+    }
+
+    #[test]
+    fn test_debug_boots_the_kasan_kernel_with_the_suite_and_the_stress() {
+        let m = plan(Suite::TestDebug, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x86_64-kasan-smp4",
+                "x86_64-kasan-stress",
+                "arm64-kasan-smp4",
+                "arm64-kasan-stress"
+            ]
+        );
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Kasan),
+                (Arch::Arm64, Variant::Kasan)
+            ]
+        );
+        assert!(m
+            .boots
+            .iter()
+            .all(|b| b.smp == 4 && b.expect == Verdict::Pass));
+        assert_eq!(
+            m.boots[0].append,
+            format!("textpoke.mode=test textpoke.controls=0 {KASAN_APPEND}")
+        );
+        assert_eq!(
+            m.boots[1].append,
+            format!("textpoke.mode=stress {KASAN_APPEND}")
+        );
+        assert_eq!(m.boots[1].require, ["textpoke_selftest", STRESS_SUITE]);
+        assert!(m.checks.is_empty());
+        assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 2);
+    }
+
+    #[test]
+    fn artifact_argument() {
+        let a: Artifact = "arm64:patched:/k/Image:/i/x.cpio".parse().unwrap();
+        assert_eq!(a.arch, Arch::Arm64);
+        assert_eq!(a.variant, Variant::Patched);
+        assert_eq!(a.initrd, PathBuf::from("/i/x.cpio"));
+        assert!("arm64:debug:/k:/i".parse::<Artifact>().is_err());
+        for (variant, name) in Variant::ALL {
+            let a: Artifact = format!("x86_64:{name}:/k:/i").parse().unwrap();
+            assert_eq!(a.variant, variant);
+            assert_eq!(variant.to_string(), name);
+        }
+        assert!("riscv:patched:/k:/i".parse::<Artifact>().is_err());
+        assert!("arm64:patched:/k".parse::<Artifact>().is_err());
+    }
+
+    #[test]
+    fn kunit_summary_line() {
+        let out = "[09:00:00] ============ textpoke_agent (3 subtests) ==========\n\
+                   [09:00:00] Testing complete. Ran 58 tests: passed: 56, failed: 1, skipped: 1\n";
+        assert_eq!(
+            parse_kunit_summary(out),
+            Some(KunitCounts {
+                total: 58,
+                passed: 56,
+                failed: 1,
+                skipped: 1
+            })
+        );
+        assert_eq!(
+            parse_kunit_summary("Testing complete. Ran 6 tests: passed: 6\n"),
+            Some(KunitCounts {
+                total: 6,
+                passed: 6,
+                ..KunitCounts::default()
+            })
+        );
+        assert_eq!(parse_kunit_summary("no tests\n"), None);
+    }
+}
