@@ -112,17 +112,17 @@ check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
 
 # Both builds of the modules, under clippy, must be free of warnings.
 lint() {
-	local arch=$1 build
+	local arch=$1 flavor
 	[ -n "${kdir[$arch]}" ] || { echo "the $arch kernel failed to build"; return 1; }
-	for build in production debug; do
-		local dir=$build/modules-clippy/$arch-$build
+	for flavor in production debug; do
+		local dir=$build/modules-clippy/$arch-$flavor
 		if ! CLIPPY=1 TEXTPOKE_KDIR=${kdir[$arch]} TEXTPOKE_MODULES_OUT=$dir \
-			tools/modules.sh "$arch" patched "$build" >/dev/null 2>"$out/clippy-$arch-$build.log"; then
-			cat "$out/clippy-$arch-$build.log"
+			tools/modules.sh "$arch" patched "$flavor" >/dev/null 2>"$out/clippy-$arch-$flavor.log"; then
+			cat "$out/clippy-$arch-$flavor.log"
 			rm -rf "$dir"
 			return 1
 		fi
-		if grep -iE 'warning|error' "$out/clippy-$arch-$build.log"; then
+		if grep -iE 'warning|error' "$out/clippy-$arch-$flavor.log"; then
 			# Kbuild does not repeat the diagnostics of objects it does not rebuild: start the
 			# next lint from scratch so that it reports these again.
 			rm -rf "$dir"
