@@ -122,7 +122,8 @@ lint() {
 			rm -rf "$dir"
 			return 1
 		fi
-		if grep -iE 'warning|error' "$out/clippy-$arch-$flavor.log"; then
+		if grep -qiE 'warning|error' "$out/clippy-$arch-$flavor.log"; then
+			cat "$out/clippy-$arch-$flavor.log"
 			# Kbuild does not repeat the diagnostics of objects it does not rebuild: start the
 			# next lint from scratch so that it reports these again.
 			rm -rf "$dir"

@@ -302,7 +302,7 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
     let mut batches = KVec::new();
     let mut errno = 0;
     for p in pokers.iter() {
-        let mine = core::mem::replace(&mut *p.batches.lock(), KVec::new());
+        let mine = core::mem::take(&mut *p.batches.lock());
         for b in mine {
             batches.push(b, GFP_KERNEL)?;
         }
