@@ -196,6 +196,11 @@ static void *traced_site(void)
 {
 	u8 *f = (u8 *)outsider_traced;
 
+	/*
+	 * Computed at run time: a constant outsider_traced+4 would be a relocation past the
+	 * ENDBR, which objtool reports on an IBT kernel.
+	 */
+	OPTIMIZER_HIDE_VAR(f);
 #ifdef CONFIG_X86_64
 	/* After ENDBR64, where the kernel has IBT. */
 	static const u8 endbr[] = { 0xf3, 0x0f, 0x1e, 0xfa };

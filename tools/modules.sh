@@ -41,5 +41,17 @@ rsync -a --delete \
 	--filter='P *.o' --filter='P *.ko' --filter='P .*.cmd' --filter='P *.mod' --filter='P *.mod.c' \
 	--filter='P *.d' --filter='P *.rmeta' --filter='P Module.symvers' --filter='P modules.order' \
 	"$top/" "$out/"
-make -s -C "$kdir" M="$out" ARCH="$arch" LLVM=1 ${CLIPPY:+CLIPPY=1} "${options[@]}" modules >&2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+make -s -C "$kdir" M="$out" ARCH="$arch" LLVM=1 ${CLIPPY:+CLIPPY=1} "${options[@]}" modules 2>&1 |
+	tee "$log" >&2
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+# The modules must be objtool-clean (IBT, return thunks, retpolines on the mitigations kernel).
+# Kbuild does not repeat an object's warnings once it is built: drop the objects so that the
+# next build reports them again.
+if grep -q 'warning: objtool:' "$log"; then
+	echo "tools/modules.sh: objtool warned about the $arch ($variant, $flavor) modules: see above" >&2
+	rm -rf "$out"
+	exit 1
+fi
 echo "$out"
