@@ -51,7 +51,8 @@
  * Listed instructions, the only ones a site may hold or a batch may write:
  * x86-64 NOP2 (66 90), NOP5 (0f 1f 44 00 00), JMP rel8, JMP rel32,
  * CALL rel32, RET (padded with INT3 to the site's length); arm64 NOP, B, BL,
- * MOV X9, X30, RET.
+ * MOV X9, X30, RET. On an x86-64 kernel built with return thunks
+ * (CONFIG_MITIGATION_RETHUNK), RET is not listed: a bare RET would bypass them.
  */
 #ifndef _TEXTPOKE_H
 #define _TEXTPOKE_H

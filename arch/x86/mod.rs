@@ -30,6 +30,15 @@ const KIND_NAMES: [&str; Kind::ALL.len()] = {
     names
 };
 
+/// Whether the kernel sends every return through `x86_return_thunk` (retbleed and similar
+/// mitigations): objtool rewrites each compiled `RET` into a `JMP` to the thunk, and the
+/// kernel's own pokers write that `JMP` where they would write a `RET`. A bare `RET` written by
+/// textpoke would bypass the mitigation, so on such a kernel `RET` is not a listed instruction
+/// (`EOPNOTSUPP`, logged as an unsupported instruction). A `cfg!`, not a `#[cfg]`, so that both
+/// branches are compiled in every build; clang 14 cannot build a return-thunk kernel
+/// (`-mfunction-return=thunk-extern` needs clang 15), so no boot here takes the refusal.
+const RETURN_THUNKS: bool = cfg!(CONFIG_MITIGATION_RETHUNK);
+
 impl Arch for This {
     const PLAN: crate::plan::Arch = crate::plan::Arch::X86;
     // `INT3` over a site's first byte.
@@ -43,7 +52,11 @@ impl Arch for This {
     type TrapHook = trap::TrapHook;
 
     fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
-        Listed::accept(site, bytes)
+        let insn = Listed::accept(site, bytes)?;
+        if RETURN_THUNKS && insn.kind() == Kind::Ret {
+            return Err(InsnError::Unsupported);
+        }
+        Ok(insn)
     }
 
     #[link_section = ".kprobes.text"]
@@ -58,6 +71,7 @@ impl Arch for This {
             (Op::Jmp, 2) => Insn::JmpRel8 { target },
             (Op::Jmp, 5) => Insn::JmpRel32 { target },
             (Op::Call, 5) => Insn::CallRel32 { target },
+            (Op::Ret, _) if RETURN_THUNKS => return Err(InsnError::Unsupported),
             (Op::Ret, _) => Insn::Ret {
                 len: u8::try_from(len).map_err(|_| InsnError::LengthMismatch)?,
             },
