@@ -12,32 +12,15 @@
 # $TEXTPOKE_CACHE/bench/. Under TCG the arm64 boot takes about 20 minutes.
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
-cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
-# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
-# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
-# up to date.
-build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
-export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
-arches=${*:-x86_64 arm64}
+. "$(dirname "$0")/lib.sh"
 out=$cache/runs/bench-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out" "$cache/bench"
 cd "$top"
 
-CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner
-runner=$build/cargo-host/release/textpoke-runner
-
-arch_args=()
-for arch in $arches; do arch_args+=(--arch "$arch"); done
-mapfile -t needed < <("$runner" plan bench "${arch_args[@]}" --out "$out")
-artifacts=()
-for guest in "${needed[@]}"; do
-	read -r arch variant <<<"$guest"
-	echo "== building $arch"
-	built=$(tools/guests.sh "$arch" "$variant")
-	mapfile -t paths <<<"$built"
-	artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
-done
+build_runner
+plan bench "$out"
+guest_step() { echo "== building $1"; }
+build_guests guest_step
 echo "== benchmarking (-smp 4; x86_64 a few minutes, arm64 about 20 under TCG)"
 status=0
 "$runner" suite --out "$out" "${artifacts[@]}" --jobs 1 --verbose || status=$?

@@ -17,12 +17,7 @@
 # printed directory.
 set -uo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
-cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
-# This checkout's build products (see tools/test.sh).
-build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
-export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
-arches=${*:-x86_64 arm64}
+. "$(dirname "$0")/lib.sh"
 out=$cache/runs/$(date +%Y%m%d-%H%M%S)-debug
 mkdir -p "$out"
 start=$(date +%s)
@@ -30,29 +25,11 @@ step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 cd "$top"
 
 step "host: the runner"
-if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then
-	echo "tools/test-debug.sh: building textpoke-runner failed: nothing can be judged" >&2
-	exit 1
-fi
-runner=$build/cargo-host/release/textpoke-runner
-arch_args=()
-for arch in $arches; do arch_args+=(--arch "$arch"); done
-if ! mapfile -t needed < <("$runner" plan test-debug "${arch_args[@]}" --out "$out") || [ ${#needed[@]} -eq 0 ]; then
-	echo "tools/test-debug.sh: textpoke-runner plan test-debug failed" >&2
-	exit 1
-fi
+build_runner
+plan test-debug "$out"
 
-artifacts=()
-for guest in "${needed[@]}"; do
-	read -r arch variant <<<"$guest"
-	step "guests: building $arch ($variant)"
-	if built=$(tools/guests.sh "$arch" "$variant"); then
-		mapfile -t paths <<<"$built"
-		artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
-	else
-		echo "building the $arch $variant guest failed: its boots will be reported as never run" >&2
-	fi
-done
+guest_step() { step "guests: building $1 ($2)"; }
+build_guests guest_step
 
 step "guests: the planned boots, two at a time (logs: $out)"
 "$runner" suite --out "$out" "${artifacts[@]}"

@@ -21,14 +21,7 @@
 # Exits non-zero if anything failed. Logs stay under the printed directory.
 set -uo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
-cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
-# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
-# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
-# up to date.
-build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
-export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
-arches=${*:-x86_64 arm64}
+. "$(dirname "$0")/lib.sh"
 out=$cache/runs/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 start=$(date +%s)
@@ -36,17 +29,8 @@ step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 cd "$top"
 
 step "host: the runner"
-if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then
-	echo "tools/test.sh: building textpoke-runner failed: nothing can be judged" >&2
-	exit 1
-fi
-runner=$build/cargo-host/release/textpoke-runner
-arch_args=()
-for arch in $arches; do arch_args+=(--arch "$arch"); done
-if ! mapfile -t needed < <("$runner" plan test "${arch_args[@]}" --out "$out") || [ ${#needed[@]} -eq 0 ]; then
-	echo "tools/test.sh: textpoke-runner plan test failed" >&2
-	exit 1
-fi
+build_runner
+plan test "$out"
 
 # Runs check NAME: the command after `--`, its output in NAME.log, its status recorded.
 check() {
@@ -139,17 +123,8 @@ for arch in $arches; do
 	check "lint-$arch" "make CLIPPY=1 of the $arch modules" -- lint "$arch"
 done
 
-artifacts=()
-for guest in "${needed[@]}"; do
-	read -r arch variant <<<"$guest"
-	step "guests: building $arch ($variant)"
-	if built=$(tools/guests.sh "$arch" "$variant"); then
-		mapfile -t paths <<<"$built"
-		artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
-	else
-		echo "building the $arch $variant guest failed: its boots will be reported as never run" >&2
-	fi
-done
+guest_step() { step "guests: building $1 ($2)"; }
+build_guests guest_step
 
 step "guests: the planned boots, two at a time (logs: $out)"
 "$runner" suite --out "$out" "${artifacts[@]}" \

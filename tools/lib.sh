@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# What tools/run.sh, tools/test.sh, tools/test-debug.sh and tools/bench.sh share: sourced, not
+# run. Each of them plans its boots with the runner and builds only the guests the plan names.
+#
+# Sets: top (the checkout), cache ($TEXTPOKE_CACHE), build (this checkout's build products),
+# arches (the script's arguments, or both), and exports TEXTPOKE_CACHE and PATH.
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
+# This checkout's build products: objects and cargo's fingerprints record source paths and mtimes,
+# so two checkouts sharing them (a clean clone and a working tree) would take each other's for
+# up to date.
+build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
+export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
+arches=${*:-x86_64 arm64}
+
+# build_runner: builds textpoke-runner and sets `runner`, or says why not and exits.
+build_runner() {
+	if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then
+		echo "$(basename "$0"): building textpoke-runner failed: nothing can be judged" >&2
+		exit 1
+	fi
+	runner=$build/cargo-host/release/textpoke-runner
+}
+
+# plan SUITE OUT: the runner's plan of SUITE for $arches, which writes OUT's manifest of the
+# boots to judge; sets `needed`, the guests it names ("ARCH VARIANT" lines), or exits.
+plan() {
+	local suite=$1 dir=$2 arch
+	local -a arch_args=()
+	for arch in $arches; do arch_args+=(--arch "$arch"); done
+	if ! mapfile -t needed < <("$runner" plan "$suite" "${arch_args[@]}" --out "$dir") ||
+		[ ${#needed[@]} -eq 0 ]; then
+		echo "$(basename "$0"): textpoke-runner plan $suite failed" >&2
+		exit 1
+	fi
+}
+
+# build_guests [EACH]: builds each guest of `needed` with tools/guests.sh and sets `artifacts`,
+# the runner's --artifact arguments. EACH, if given, is a command run first with the guest's
+# arch and variant (a step heading). A guest that fails to build is left out, said so: the
+# runner then reports its boots as never run.
+build_guests() {
+	local each=${1:-} guest arch variant built
+	local -a paths
+	artifacts=()
+	for guest in "${needed[@]}"; do
+		read -r arch variant <<<"$guest"
+		[ -z "$each" ] || "$each" "$arch" "$variant"
+		if built=$(tools/guests.sh "$arch" "$variant"); then
+			mapfile -t paths <<<"$built"
+			artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
+		else
+			echo "building the $arch $variant guest failed: its boots will be reported as never run" >&2
+		fi
+	done
+}
