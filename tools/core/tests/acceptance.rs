@@ -15,7 +15,6 @@
 //! The exhaustive tests take seconds in release mode and far longer in debug mode, where they
 //! are ignored (run them with `--release`, or `--include-ignored`).
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::Instant;
@@ -24,6 +23,10 @@ use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic};
 use textpoke_core::arm64;
 use textpoke_core::insn::{InsnError, MAX_INSN_LEN};
 use textpoke_core::x86;
+
+mod common;
+
+use common::{FakeRegs, FakeStack};
 
 /// A small deterministic generator (SplitMix64), so that a failure reproduces.
 struct Rng(u64);
@@ -312,49 +315,6 @@ fn arm64_misaligned_sites_and_wrong_lengths_are_refused() {
 /// A typical x86-64 kernel text address.
 const X86_KTEXT: u64 = 0xffff_ffff_8100_0000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct X86Regs {
-    ip: u64,
-    sp: u64,
-}
-
-impl x86::Regs for X86Regs {
-    fn ip(&self) -> u64 {
-        self.ip
-    }
-    fn set_ip(&mut self, ip: u64) {
-        self.ip = ip;
-    }
-    fn sp(&self) -> u64 {
-        self.sp
-    }
-    fn set_sp(&mut self, sp: u64) {
-        self.sp = sp;
-    }
-}
-
-/// A sparse stack that logs every access; unwritten words read as a fixed pattern.
-#[derive(Default, Debug, PartialEq, Eq)]
-struct X86Stack {
-    words: BTreeMap<u64, u64>,
-    reads: Cell<usize>,
-    writes: Vec<(u64, u64)>,
-}
-
-impl x86::Stack for X86Stack {
-    fn read_u64(&self, addr: u64) -> u64 {
-        self.reads.set(self.reads.get() + 1);
-        self.words
-            .get(&addr)
-            .copied()
-            .unwrap_or(0x5a5a_5a5a_5a5a_5a5a)
-    }
-    fn write_u64(&mut self, addr: u64, value: u64) {
-        self.writes.push((addr, value));
-        self.words.insert(addr, value);
-    }
-}
-
 /// Decodes `bytes` at `site` into iced instructions, stopping at the first invalid one.
 fn iced_decode_all(site: u64, bytes: &[u8]) -> Vec<iced_x86::Instruction> {
     let mut decoder = Decoder::with_ip(64, bytes, site, DecoderOptions::NONE);
@@ -454,11 +414,11 @@ fn check_x86(site: u64, bytes: &[u8], tally: &mut X86Tally) {
     let sp = site.rotate_left(17) ^ 0x1234_5678;
     let top = site.rotate_left(29) ^ 0x8765_4321;
     let trapped = || {
-        let regs = X86Regs {
+        let regs = FakeRegs {
             ip: site.wrapping_add(1),
             sp,
         };
-        let mut stack = X86Stack::default();
+        let mut stack = FakeStack::default();
         stack.words.insert(sp, top);
         (regs, stack)
     };
@@ -503,7 +463,7 @@ fn check_x86(site: u64, bytes: &[u8], tally: &mut X86Tally) {
         Mnemonic::Ret => (top, sp.wrapping_add(8), vec![], 1),
         other => panic!("{bytes:02x?}: accepted as {other:?}"),
     };
-    assert_eq!(regs, X86Regs { ip, sp: new_sp }, "{bytes:02x?}");
+    assert_eq!(regs, FakeRegs { ip, sp: new_sp }, "{bytes:02x?}");
     assert_eq!(stack.writes, writes, "{bytes:02x?}");
     assert_eq!(stack.reads.get(), reads, "{bytes:02x?}");
 }

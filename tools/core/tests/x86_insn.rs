@@ -7,14 +7,11 @@
 //! accepted byte string against `iced-x86`, an independent decoder, and check emulation against
 //! iced's view of each instruction's control flow.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
-
 use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use textpoke_core::insn::{InsnError, MAX_INSN_LEN};
-use textpoke_core::x86::{Insn, Kind, Listed, Regs, Stack, GUARD};
+use textpoke_core::x86::{Insn, Kind, Listed, GUARD};
 
 /// Cases per property: 10,000, which keeps the whole file at a few seconds in release mode.
 const CASES: u32 = 10_000;
@@ -34,47 +31,9 @@ fn config() -> Config {
 // ---------------------------------------------------------------------------------------------
 // Fakes.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FakeRegs {
-    ip: u64,
-    sp: u64,
-}
+mod common;
 
-impl Regs for FakeRegs {
-    fn ip(&self) -> u64 {
-        self.ip
-    }
-    fn set_ip(&mut self, ip: u64) {
-        self.ip = ip;
-    }
-    fn sp(&self) -> u64 {
-        self.sp
-    }
-    fn set_sp(&mut self, sp: u64) {
-        self.sp = sp;
-    }
-}
-
-/// A sparse stack that logs every access; unwritten words read as a fixed pattern.
-#[derive(Default, Debug)]
-struct FakeStack {
-    words: BTreeMap<u64, u64>,
-    reads: Cell<usize>,
-    writes: Vec<(u64, u64)>,
-}
-
-const UNWRITTEN: u64 = 0x5a5a_5a5a_5a5a_5a5a;
-
-impl Stack for FakeStack {
-    fn read_u64(&self, addr: u64) -> u64 {
-        self.reads.set(self.reads.get() + 1);
-        self.words.get(&addr).copied().unwrap_or(UNWRITTEN)
-    }
-    fn write_u64(&mut self, addr: u64, value: u64) {
-        self.writes.push((addr, value));
-        self.words.insert(addr, value);
-    }
-}
+use common::{FakeRegs, FakeStack};
 
 /// The state of a CPU that hit the guard at `site`: `ip` is just past the `INT3`.
 fn trapped_at(site: u64, sp: u64) -> FakeRegs {

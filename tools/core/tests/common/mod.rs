@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Fakes shared by the test files that drive `arch/x86/insn.rs`'s `INT3` emulation: the
+//! trapped CPU's registers and its stack.
+//!
+//! Each test file is its own crate and includes this module with `mod common;`; a file that does
+//! not use an item would otherwise warn.
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use textpoke_core::x86::{Regs, Stack};
+
+/// The registers the emulation reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FakeRegs {
+    pub ip: u64,
+    pub sp: u64,
+}
+
+impl Regs for FakeRegs {
+    fn ip(&self) -> u64 {
+        self.ip
+    }
+    fn set_ip(&mut self, ip: u64) {
+        self.ip = ip;
+    }
+    fn sp(&self) -> u64 {
+        self.sp
+    }
+    fn set_sp(&mut self, sp: u64) {
+        self.sp = sp;
+    }
+}
+
+/// What an unwritten stack word reads as.
+pub const UNWRITTEN: u64 = 0x5a5a_5a5a_5a5a_5a5a;
+
+/// A sparse stack that logs every access; unwritten words read as [`UNWRITTEN`].
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct FakeStack {
+    pub words: BTreeMap<u64, u64>,
+    pub reads: Cell<usize>,
+    pub writes: Vec<(u64, u64)>,
+}
+
+impl Stack for FakeStack {
+    fn read_u64(&self, addr: u64) -> u64 {
+        self.reads.set(self.reads.get() + 1);
+        self.words.get(&addr).copied().unwrap_or(UNWRITTEN)
+    }
+    fn write_u64(&mut self, addr: u64, value: u64) {
+        self.writes.push((addr, value));
+        self.words.insert(addr, value);
+    }
+}
