@@ -135,6 +135,18 @@ impl Kind {
             Kind::Ret => "ret",
         }
     }
+
+    /// Whether instructions of this kind may be written on a kernel that sends every return
+    /// through `x86_return_thunk` (`return_thunks`, the kernel's `CONFIG_MITIGATION_RETHUNK`)
+    /// or on one that does not.
+    ///
+    /// With return thunks, objtool rewrites each compiled `RET` into a `JMP` to the thunk and
+    /// the kernel's own pokers write that `JMP` where they would write a `RET`: a bare `RET`
+    /// written by textpoke would bypass the mitigation, so `RET` is not listed there. Every
+    /// other kind is listed on both.
+    pub const fn listed_with(self, return_thunks: bool) -> bool {
+        !(return_thunks && matches!(self, Kind::Ret))
+    }
 }
 
 /// The registers of an interrupted CPU that emulation reads and writes.

@@ -31,12 +31,11 @@ const KIND_NAMES: [&str; Kind::ALL.len()] = {
 };
 
 /// Whether the kernel sends every return through `x86_return_thunk` (retbleed and similar
-/// mitigations): objtool rewrites each compiled `RET` into a `JMP` to the thunk, and the
-/// kernel's own pokers write that `JMP` where they would write a `RET`. A bare `RET` written by
-/// textpoke would bypass the mitigation, so on such a kernel `RET` is not a listed instruction
-/// (`EOPNOTSUPP`, logged as an unsupported instruction). A `cfg!`, not a `#[cfg]`, so that both
-/// branches are compiled in every build; clang 14 cannot build a return-thunk kernel
-/// (`-mfunction-return=thunk-extern` needs clang 15), so no boot here takes the refusal.
+/// mitigations), which takes `RET` off the listed instructions ([`Kind::listed_with`]):
+/// `EOPNOTSUPP`, logged as an unsupported instruction. A `cfg!`, not a `#[cfg]`, so that both
+/// branches are compiled in every build. clang 14 cannot build a return-thunk kernel
+/// (`-mfunction-return=thunk-extern` needs clang 15), so no boot here takes the refusal; the
+/// host tests (`tools/core/tests/x86_insn.rs`) check the policy for both values.
 const RETURN_THUNKS: bool = cfg!(CONFIG_MITIGATION_RETHUNK);
 
 impl Arch for This {
@@ -53,7 +52,7 @@ impl Arch for This {
 
     fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
         let insn = Listed::accept(site, bytes)?;
-        if RETURN_THUNKS && insn.kind() == Kind::Ret {
+        if !insn.kind().listed_with(RETURN_THUNKS) {
             return Err(InsnError::Unsupported);
         }
         Ok(insn)
@@ -71,7 +70,9 @@ impl Arch for This {
             (Op::Jmp, 2) => Insn::JmpRel8 { target },
             (Op::Jmp, 5) => Insn::JmpRel32 { target },
             (Op::Call, 5) => Insn::CallRel32 { target },
-            (Op::Ret, _) if RETURN_THUNKS => return Err(InsnError::Unsupported),
+            (Op::Ret, _) if !Kind::Ret.listed_with(RETURN_THUNKS) => {
+                return Err(InsnError::Unsupported)
+            }
             (Op::Ret, _) => Insn::Ret {
                 len: u8::try_from(len).map_err(|_| InsnError::LengthMismatch)?,
             },

@@ -157,6 +157,25 @@ fn kinds_and_names() {
     );
 }
 
+/// With return thunks (`CONFIG_MITIGATION_RETHUNK`), `arch/x86/mod.rs` refuses to accept or
+/// encode exactly the kinds [`Kind::listed_with`] takes off: `RET`, which would bypass the thunk.
+/// No boot here can take that branch (clang 14 builds no return-thunk kernel), so this is its
+/// check; it fails if the policy lists `RET` with thunks, or drops anything else.
+#[test]
+fn return_thunks_take_ret_off_the_list() {
+    for kind in Kind::ALL {
+        assert!(
+            kind.listed_with(false),
+            "{kind:?} is listed without return thunks"
+        );
+        assert_eq!(
+            kind.listed_with(true),
+            kind != Kind::Ret,
+            "{kind:?} with return thunks"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unit tests: range limits at the exact boundaries.
 
