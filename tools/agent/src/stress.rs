@@ -401,15 +401,20 @@ mod tests {
             .collect()
     }
 
+    /// The tally of `n` cycles that each ran a scenario and unloaded both modules.
+    fn ran(n: usize) -> Tally {
+        Tally {
+            planned: n,
+            cycles: n,
+            runs: n,
+            unloads: 2 * n,
+            ..Tally::default()
+        }
+    }
+
     #[test]
     fn a_clean_run_passes_every_case() {
-        let mut t = Tally {
-            planned: CYCLES,
-            cycles: CYCLES,
-            runs: CYCLES,
-            unloads: 2 * CYCLES,
-            ..Tally::default()
-        };
+        let mut t = ran(CYCLES);
         for c in 0..CYCLES {
             t.busy(
                 c,
@@ -427,10 +432,8 @@ mod tests {
     #[test]
     fn a_late_unload_as_the_scenario_ends_passes() {
         let mut t = Tally {
-            planned: 1,
-            cycles: 1,
-            runs: 1,
-            ..Tally::default()
+            unloads: 0,
+            ..ran(1)
         };
         t.busy(
             0,
@@ -448,13 +451,7 @@ mod tests {
 
     #[test]
     fn an_unload_under_a_batch_fails() {
-        let mut t = Tally {
-            planned: CYCLES,
-            cycles: CYCLES,
-            runs: CYCLES,
-            unloads: 2 * CYCLES,
-            ..Tally::default()
-        };
+        let mut t = ran(CYCLES);
         t.busy(
             7,
             attempt(Unload::Done, Unload::Refused(libc::EAGAIN), true),
