@@ -33,13 +33,16 @@ export PATH="$HOME/.cargo/bin:$PATH"
 kdir=${TEXTPOKE_KDIR:-$("$top/tools/kernel.sh" "$arch" "$variant" | tail -n 1)}
 out=${TEXTPOKE_MODULES_OUT:-$build/modules/$arch$([ "$variant" = patched ] || echo "-$variant")$([ "$flavor" = production ] || echo "-$flavor")}
 mkdir -p "$out"
+# rsync takes the first filter rule that matches: the build products' protect rules must come
+# before the includes of their directories, or `--delete` removes every object and each run
+# rebuilds everything.
 rsync -a --delete \
+	--filter='P *.o' --filter='P *.ko' --filter='P .*.cmd' --filter='P *.mod' --filter='P *.mod.c' \
+	--filter='P *.d' --filter='P *.rmeta' --filter='P Module.symvers' --filter='P modules.order' \
 	--include='/Makefile' --include='/Kbuild' --include='/Kconfig' \
 	--include='/kernel/***' --include='/arch/***' --include='/rust/***' --include='/samples/***' \
 	--include='/tools/' --include='/tools/harness/***' \
 	--exclude='*' \
-	--filter='P *.o' --filter='P *.ko' --filter='P .*.cmd' --filter='P *.mod' --filter='P *.mod.c' \
-	--filter='P *.d' --filter='P *.rmeta' --filter='P Module.symvers' --filter='P modules.order' \
 	"$top/" "$out/"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
