@@ -104,10 +104,13 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         let dir = Path::new("/tmp/perf-ours");
         let _ = std::fs::remove_dir_all(dir);
+        // Side-band events only (`-e dummy`; `--kcore` adds the text-poke event): samples of
+        // every CPU would only compete with the records for the ring buffer, and on a slow
+        // debug kernel perf has been seen to lose records that way.
         perf.record(
             dir,
             &[me.to_string_lossy().as_ref(), RUN_SUBCOMMAND, spec],
-            &["--no-bpf-event"],
+            &["--no-bpf-event", "-e", "dummy"],
         )
         .map_err(|e| format!("perf record: {e}"))?;
         let after = kcore

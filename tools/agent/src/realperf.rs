@@ -361,6 +361,10 @@ impl Perf {
     ///
     /// Runs `perf script -i DIR --show-text-poke-events --ns -F cpu,time`, or, if perf refuses
     /// those fields, the same without `-F` (then the default columns are parsed).
+    ///
+    /// A recording that lost records is an error that says so: perf script warns
+    /// `Processed N events and lost M chunks!` when the kernel wrote `PERF_RECORD_LOST`, and
+    /// then the records that are there cannot be complete.
     pub fn script_text_pokes(&self, dir: &Path) -> io::Result<Vec<PerfScriptPoke>> {
         let base: [&OsStr; 5] = [
             "script".as_ref(),
@@ -377,9 +381,21 @@ impl Perf {
             Ok(run) => run,
             Err(_) => self.run(base)?,
         };
+        if let Some(warning) = lost_chunks(&run.stderr) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, warning));
+        }
         parse_script_text_pokes(&run.stdout)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
+}
+
+/// perf's warning that the recording lost records (`Processed N events and lost M chunks!`),
+/// if `stderr` has it.
+fn lost_chunks(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .find(|l| l.contains("events and lost") && l.contains("chunks"))
+        .map(str::trim)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -520,6 +536,18 @@ mod tests {
         assert!(parse_script_text_pokes("PERF_RECORD_TEXT_POKE zz old len 1 new len 0\n").is_err());
         assert!(parse_script_text_pokes("PERF_RECORD_TEXT_POKE ffff\n").is_err());
         assert_eq!(parse_script_text_pokes("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn lost_chunks_are_found() {
+        let warned =
+            "\n\nWarning:\nProcessed 31337 events and lost 2 chunks!\n\nCheck IO/CPU overload!\n";
+        assert_eq!(
+            lost_chunks(warned),
+            Some("Processed 31337 events and lost 2 chunks!")
+        );
+        assert_eq!(lost_chunks("[ perf record: Woken up 1 times ]\n"), None);
+        assert_eq!(lost_chunks(""), None);
     }
 
     #[test]
