@@ -12,8 +12,12 @@
 #
 # 1. host: the workspace's tests (codecs, table, planner, model, record codec, installer,
 #    runner, agent), loom on the pending table, its scripted mutants, a short fuzz run of every
-#    target, clippy and rustfmt, checkpatch on the kernel patch series;
-# 2. kernels and `make CLIPPY=1` of the modules (production and debug builds), per arch;
+#    target, clippy and rustfmt;
+# 2. meanwhile, in the foreground: kernels, checkpatch on the kernel patch series, `make
+#    CLIPPY=1` of the modules (production and debug builds) per arch, and the guests. The host
+#    checks are mostly single-threaded (loom, the mutants, the fuzz runs) and so are the
+#    module builds, so the two lanes share the two cores instead of taking turns; the host
+#    lane's output is printed when it ends;
 # 3. guests: the planned boots, two at a time (single-threaded TCG uses one host core each);
 #    one log per arch also goes through the kernel's own KTAP parser;
 # 4. the runner's summary.
@@ -48,34 +52,41 @@ check() {
 host_tests() {
 	CARGO_TARGET_DIR=$build/cargo-host cargo test --workspace --release 2>&1 || return 1
 }
-step "host: cargo test --workspace --release"
-check host-tests "cargo test --workspace --release" -- host_tests
-awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d failed\n", p, f}' \
-	"$out/host-tests.log"
-
-step "host: loom model checking of the pending-instruction table"
-check loom "loom (--cfg loom) on the pending table" -- env RUSTFLAGS="--cfg loom" \
-	CARGO_TARGET_DIR="$build/cargo-loom" \
-	cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
-grep -E '^loom explored' "$out/loom.log" || true
-
-step "host: mutants of the pending table must be caught"
-check mutants "the pending table's mutants" -- \
-	env CARGO_TARGET_DIR="$build/cargo-host" cargo run --quiet --release -p textpoke-mutants -- \
-	--target-dir "$build/cargo-mutants"
-tail -n 1 "$out/mutants.log"
-
-step "host: fuzz smoke run (10 s per target)"
-check fuzz-smoke "the fuzz smoke run" -- tools/fuzz/run.sh 10
-
-step "host: clippy and rustfmt"
-check clippy "clippy -D warnings" -- env CARGO_TARGET_DIR="$build/cargo-clippy" \
-	cargo clippy --quiet --workspace --all-targets -- -D warnings
 rustfmt_all() {
 	cargo fmt --all --check &&
 		rustfmt --check --edition 2021 kernel/*.rs arch/*/*.rs rust/*.rs samples/*.rs samples/exerciser/*.rs
 }
-check rustfmt "rustfmt" -- rustfmt_all
+# The host lane: every host check, in order.
+host_lane() {
+	step "host: cargo test --workspace --release"
+	check host-tests "cargo test --workspace --release" -- host_tests
+	awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d failed\n", p, f}' \
+		"$out/host-tests.log"
+
+	step "host: loom model checking of the pending-instruction table"
+	check loom "loom (--cfg loom) on the pending table" -- env RUSTFLAGS="--cfg loom" \
+		CARGO_TARGET_DIR="$build/cargo-loom" \
+		cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
+	grep -E '^loom explored' "$out/loom.log" || true
+
+	step "host: mutants of the pending table must be caught"
+	check mutants "the pending table's mutants" -- \
+		env CARGO_TARGET_DIR="$build/cargo-host" cargo run --quiet --release -p textpoke-mutants -- \
+		--target-dir "$build/cargo-mutants"
+	tail -n 1 "$out/mutants.log"
+
+	step "host: fuzz smoke run (10 s per target)"
+	check fuzz-smoke "the fuzz smoke run" -- tools/fuzz/run.sh 10
+
+	step "host: clippy and rustfmt"
+	check clippy "clippy -D warnings" -- env CARGO_TARGET_DIR="$build/cargo-clippy" \
+		cargo clippy --quiet --workspace --all-targets -- -D warnings
+	check rustfmt "rustfmt" -- rustfmt_all
+}
+host_log=$out/host-lane.out
+step "host checks, in the background (their output follows when they end)"
+host_lane >"$host_log" 2>&1 &
+host_pid=$!
 
 declare -A kdir
 for arch in $arches; do
@@ -125,6 +136,10 @@ done
 
 guest_step() { step "guests: building $1 ($2)"; }
 build_guests guest_step
+
+step "host checks: waiting for them to end"
+wait "$host_pid"
+cat "$host_log"
 
 step "guests: the planned boots, two at a time (logs: $out)"
 "$runner" suite --out "$out" "${artifacts[@]}" \
