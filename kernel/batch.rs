@@ -26,6 +26,7 @@ use crate::pending::PublishError;
 use crate::plan::{Change, Plan, Step};
 use crate::series::TextMutexGuard;
 use crate::sites::Found;
+use crate::stats::{add_part, Part, Parts};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use kernel::{
     ffi::{c_int, c_void},
@@ -186,6 +187,7 @@ impl Batch {
             return Err(errno::empty());
         }
         let start = clock::now();
+        let mut parts: Parts = [0; Part::ALL.len()];
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
         if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.change.old)) {
@@ -195,6 +197,7 @@ impl Batch {
             );
             return Err(errno::text_changed());
         }
+        add_part(&mut parts, Part::Check, clock::now().saturating_sub(start));
         let defect = debug::defect();
         if defect != Defect::None {
             pr_warn!("batch {id}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n");
@@ -220,12 +223,16 @@ impl Batch {
             stats: &mut self.stats,
             recorded: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
             held: None,
+            parts: [0; Part::ALL.len()],
         };
+        let table_start = clock::now();
         // Every change is in the table, parked ones included (no trap ever looks those up,
         // but a racing batch with an overlapping site is refused before anything is written).
         let published = engine
             .table
             .with_published(&self.entries, cpu::cond_resched, || run.plan(defect));
+        let table_ns = clock::now().saturating_sub(table_start);
+        let planned = run.parts;
         drop(run);
         let ran = match published {
             Ok(ran) => ran,
@@ -246,10 +253,24 @@ impl Batch {
             }
         };
         self.committed = true;
+        let mut in_plan = 0u64;
+        for (part, ns) in parts.iter_mut().zip(planned) {
+            *part = part.saturating_add(ns);
+            in_plan = in_plan.saturating_add(ns);
+        }
+        add_part(&mut parts, Part::Table, table_ns.saturating_sub(in_plan));
         self.stats.nsecs = clock::now().saturating_sub(start);
         self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        let release_start = clock::now();
         self.release_sites(engine, ran.is_ok());
+        add_part(
+            &mut parts,
+            Part::Release,
+            clock::now().saturating_sub(release_start),
+        );
+        add_part(&mut parts, Part::Total, clock::now().saturating_sub(start));
         let t = &engine.stats.totals;
+        t.add_parts(&parts);
         if ran.is_ok() {
             t.batches.fetch_add(1, Ordering::Relaxed);
             t.sites
@@ -299,6 +320,8 @@ struct Run<'a> {
     stats: &'a mut BatchStats,
     /// Per change, whether its record went out.
     recorded: KVec<bool>,
+    /// Time per part of the plan so far (see [`Part`]).
+    parts: Parts,
     /// `text_mutex`, while this commit writes.
     held: Option<TextMutexGuard<'a>>,
 }
@@ -342,6 +365,21 @@ impl<'a> Run<'a> {
                     continue;
                 }
                 _ => step,
+            };
+            let step_start = clock::now();
+            let part = match step {
+                Step::Sync => match self.stats.syncs {
+                    0 => Part::Sync1,
+                    1 => Part::Sync2,
+                    _ => Part::Sync3,
+                },
+                Step::WriteGuard(_) => Part::Guard,
+                Step::WriteTail(_) => Part::Tail,
+                Step::WriteHead(_) => Part::Head,
+                Step::WriteWhole(_) => Part::Whole,
+                Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => Part::Emit,
+                Step::Park => Part::Park,
+                Step::Publish | Step::Retire | Step::Unpark => Part::Other,
             };
             let done = match step {
                 // The batch is published around the whole run (see `Batch::commit`).
@@ -396,6 +434,11 @@ impl<'a> Run<'a> {
                     written
                 }
             };
+            add_part(
+                &mut self.parts,
+                part,
+                clock::now().saturating_sub(step_start),
+            );
             if let Err(e) = done {
                 self.held = None;
                 self.recover();

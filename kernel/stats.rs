@@ -21,6 +21,101 @@ struct CpuTraps {
     vanished: AtomicU64,
 }
 
+/// Where a commit's time goes: the parts [`BatchTotals::parts`] sums, for the benchmarks'
+/// breakdown (`make bench`). Each plan step's time goes to its kind's part; the rest of a
+/// commit is its own part, so that the parts add up to [`Part::Total`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Part {
+    /// Sorting the changes and reading every site back before anything is written.
+    Check,
+    /// Inserting the batch into the pending table and retiring it (waiting for readers), which
+    /// is the time of `with_published` outside the plan.
+    Table,
+    /// `Step::WriteGuard`: the guards.
+    Guard,
+    /// The first `Step::Sync` of the batch (after the guards).
+    Sync1,
+    /// The second (x86: after the tails; arm64: after the heads).
+    Sync2,
+    /// The third and any later one (x86: after the heads).
+    Sync3,
+    /// `Step::WriteTail` (x86).
+    Tail,
+    /// `Step::Emit` and its kin: `perf_event_text_poke()` and the engine's record log.
+    Emit,
+    /// `Step::WriteHead`.
+    Head,
+    /// `Step::WriteWhole`, outside a parked section.
+    Whole,
+    /// A parked section, whole (`stop_machine()` and every step in it).
+    Park,
+    /// The plan's other steps (`Step::Retire`'s bookkeeping).
+    Other,
+    /// Giving the sites back to the registry.
+    Release,
+    /// The commit, whole.
+    Total,
+}
+
+impl Part {
+    /// Every part, in declaration order, so that `part as usize` indexes this array.
+    pub(crate) const ALL: [Part; 14] = [
+        Part::Check,
+        Part::Table,
+        Part::Guard,
+        Part::Sync1,
+        Part::Sync2,
+        Part::Sync3,
+        Part::Tail,
+        Part::Emit,
+        Part::Head,
+        Part::Whole,
+        Part::Park,
+        Part::Other,
+        Part::Release,
+        Part::Total,
+    ];
+
+    /// The part's name in the stats file (`ns.<name>`).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Part::Check => "check",
+            Part::Table => "table",
+            Part::Guard => "guard",
+            Part::Sync1 => "sync1",
+            Part::Sync2 => "sync2",
+            Part::Sync3 => "sync3",
+            Part::Tail => "tail",
+            Part::Emit => "emit",
+            Part::Head => "head",
+            Part::Whole => "whole",
+            Part::Park => "park",
+            Part::Other => "other",
+            Part::Release => "release",
+            Part::Total => "total",
+        }
+    }
+}
+
+// `Part::ALL` is in declaration order.
+const _: () = {
+    let mut i = 0;
+    while i < Part::ALL.len() {
+        assert!(Part::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
+/// A commit's time per [`Part`], in nanoseconds.
+pub(crate) type Parts = [u64; Part::ALL.len()];
+
+/// Adds `ns` to `part` of `parts`.
+pub(crate) fn add_part(parts: &mut Parts, part: Part, ns: u64) {
+    if let Some(p) = parts.get_mut(part as usize) {
+        *p = p.saturating_add(ns);
+    }
+}
+
 /// Totals over all batches.
 #[derive(Default)]
 pub(crate) struct BatchTotals {
@@ -34,6 +129,17 @@ pub(crate) struct BatchTotals {
     pub(crate) records: AtomicU64,
     /// Batches that failed after starting to write.
     pub(crate) failed: AtomicU64,
+    /// Nanoseconds per [`Part`], over every commit that started writing.
+    pub(crate) parts: [AtomicU64; Part::ALL.len()],
+}
+
+impl BatchTotals {
+    /// Adds one commit's `parts`.
+    pub(crate) fn add_parts(&self, parts: &Parts) {
+        for (total, ns) in self.parts.iter().zip(parts) {
+            total.fetch_add(*ns, Ordering::Relaxed);
+        }
+    }
 }
 
 /// All counters.
@@ -107,6 +213,9 @@ impl Stats {
             ("failed", &t.failed),
         ] {
             writeln!(out, "{name} {}", v.load(Ordering::Relaxed))?;
+        }
+        for (part, v) in Part::ALL.iter().zip(&t.parts) {
+            writeln!(out, "ns.{} {}", part.name(), v.load(Ordering::Relaxed))?;
         }
         for (kind, name) in <This as Arch>::KIND_NAMES.iter().enumerate() {
             let n: u64 = self

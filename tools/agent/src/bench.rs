@@ -21,6 +21,9 @@ use textpoke_agent::ktap::{Case, Ktap};
 use textpoke_agent::sys;
 
 const DIR: &str = "/sys/kernel/debug/textpoke_bench";
+/// The engine's counters (kernel/stats.rs): batch totals, time per part of a commit (`ns.*`),
+/// traps per CPU (`traps.cpu*`).
+const ENGINE_STATS: &str = "/sys/kernel/debug/textpoke/stats";
 const SIZES: [u32; 4] = [1, 16, 256, 4096];
 
 /// Rounds at size `n`: at least 20 samples per mode and size, except arm64 at 4096 sites, where
@@ -103,11 +106,71 @@ struct Place<'a> {
     cpus: usize,
 }
 
+/// What the engine's counters say a textpoke sample did: nanoseconds per part of its commit
+/// (the stats file's `ns.<part>`, by part) and the traps the other CPUs took meanwhile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Engine {
+    parts: BTreeMap<String, u64>,
+    traps: u64,
+}
+
+/// The engine's counters now: `ns.*` by part, and `traps.cpu*` summed.
+fn engine_counters() -> Result<Engine, String> {
+    let text = sys::read_text(ENGINE_STATS).map_err(|e| format!("{ENGINE_STATS}: {e}"))?;
+    parse_engine_counters(&text)
+}
+
+fn parse_engine_counters(text: &str) -> Result<Engine, String> {
+    let map = textpoke_agent::exerciser::key_values(text);
+    let mut out = Engine::default();
+    for key in map.keys() {
+        let value = textpoke_agent::exerciser::number(&map, key)?;
+        if let Some(part) = key.strip_prefix("ns.") {
+            out.parts.insert(part.to_owned(), value);
+        } else if key.starts_with("traps.cpu") {
+            out.traps += value;
+        }
+    }
+    if !out.parts.contains_key("total") {
+        return Err(format!("{ENGINE_STATS} has no `ns.total`"));
+    }
+    Ok(out)
+}
+
+/// What happened between `before` and `after`.
+fn engine_delta(before: &Engine, after: &Engine) -> Result<Engine, String> {
+    let mut parts = BTreeMap::new();
+    for (part, &a) in &after.parts {
+        let b = before
+            .parts
+            .get(part)
+            .ok_or_else(|| format!("`ns.{part}` appeared during a sample"))?;
+        parts.insert(part.clone(), a.saturating_sub(*b));
+    }
+    Ok(Engine {
+        parts,
+        traps: after.traps.saturating_sub(before.traps),
+    })
+}
+
+/// `engine`'s fields of a sample's JSON object (`,"traps":N,"parts":{...}`), or nothing.
+fn engine_json(engine: Option<&Engine>) -> String {
+    let Some(e) = engine else {
+        return String::new();
+    };
+    let parts: Vec<String> = e
+        .parts
+        .iter()
+        .map(|(part, ns)| format!("\"{part}\":{ns}"))
+        .collect();
+    format!(",\"traps\":{},\"parts\":{{{}}}", e.traps, parts.join(","))
+}
+
 /// A sample as the JSON object the runner reads (tools/runner/src/bench.rs).
-fn sample_json(p: &Place, rep: &Rep, call_ipis: u64) -> String {
+fn sample_json(p: &Place, rep: &Rep, call_ipis: u64, engine: Option<&Engine>) -> String {
     format!(
         "{{\"arch\":\"{}\",\"cpus\":{},\"mode\":\"{}\",\"n\":{},\"round\":{},\"rounds\":{},\
-         \"ns\":{},\"on\":{},\"syncs\":{},\"records\":{},\"call_ipis\":{call_ipis},\"stall_ns\":{}}}",
+         \"ns\":{},\"on\":{},\"syncs\":{},\"records\":{},\"call_ipis\":{call_ipis},\"stall_ns\":{}{}}}",
         arch(),
         p.cpus,
         p.mode,
@@ -118,22 +181,33 @@ fn sample_json(p: &Place, rep: &Rep, call_ipis: u64) -> String {
         rep.on,
         rep.syncs,
         rep.records,
-        rep.stall_ns
+        rep.stall_ns,
+        engine_json(engine)
     )
 }
 
-/// Flips `mode`'s `n` sites once and returns what the module measured and the function-call
-/// IPIs taken meanwhile (raw: with what starting and stopping the executors costs).
-fn sample(mode: &str, n: u32) -> Result<(Rep, u64), String> {
+/// Flips `mode`'s `n` sites once and returns what the module measured, the function-call
+/// IPIs taken meanwhile (raw: with what starting and stopping the executors costs) and, for
+/// textpoke, what the engine's counters say of it.
+fn sample(mode: &str, n: u32) -> Result<(Rep, u64, Option<Engine>), String> {
+    let engine_before = if mode == "textpoke" {
+        Some(engine_counters()?)
+    } else {
+        None
+    };
     let before = call_ipis();
     control(&format!("run mode={mode} n={n} reps=1"))?;
     let ipis = call_ipis().saturating_sub(before);
+    let engine = match engine_before {
+        Some(b) => Some(engine_delta(&b, &engine_counters()?)?),
+        None => None,
+    };
     let text = sys::read_text(format!("{DIR}/result")).map_err(|e| e.to_string())?;
     let rep = text
         .lines()
         .find_map(parse_rep)
         .ok_or_else(|| format!("{mode} n={n}: no result in {text:?}"))?;
-    Ok((rep, ipis))
+    Ok((rep, ipis, engine))
 }
 
 /// A comma-separated list of sizes from the command line, or all of them.
@@ -178,7 +252,7 @@ pub fn run(ktap: &mut Ktap) {
                         continue;
                     }
                     match sample(mode, n) {
-                        Ok((rep, ipis)) => {
+                        Ok((rep, ipis, engine)) => {
                             let place = Place {
                                 mode,
                                 n,
@@ -188,7 +262,7 @@ pub fn run(ktap: &mut Ktap) {
                             };
                             log(&format!(
                                 "textpoke-bench: {}",
-                                sample_json(&place, &rep, ipis)
+                                sample_json(&place, &rep, ipis, engine.as_ref())
                             ));
                             entry.0 += 1;
                         }
@@ -236,6 +310,32 @@ mod tests {
     }
 
     #[test]
+    fn engine_counters_and_their_json() {
+        let before = parse_engine_counters(
+            "batches 1\nns.guard 10\nns.total 100\ntraps.ret 3\ntraps.cpu0 2\ntraps.cpu1 5\n",
+        )
+        .unwrap();
+        assert_eq!(before.traps, 7);
+        let after = parse_engine_counters(
+            "batches 2\nns.guard 25\nns.total 180\ntraps.ret 4\ntraps.cpu0 2\ntraps.cpu1 9\n",
+        )
+        .unwrap();
+        let d = engine_delta(&before, &after).unwrap();
+        assert_eq!(d.traps, 4);
+        assert_eq!(
+            engine_json(Some(&d)),
+            ",\"traps\":4,\"parts\":{\"guard\":15,\"total\":80}"
+        );
+        assert_eq!(engine_json(None), "");
+        // Fail closed: no `ns.total`, or a value that is not a number.
+        assert!(parse_engine_counters("batches 1\n").is_err());
+        assert!(parse_engine_counters("ns.total x\n").is_err());
+        let mut grown = after.clone();
+        grown.parts.insert("new".into(), 1);
+        assert!(engine_delta(&before, &grown).is_err());
+    }
+
+    #[test]
     fn sample_line_is_json_the_runner_reads() {
         let rep = parse_rep("static_key 4096 3 2969931 0 0 8644 0").unwrap();
         let place = Place {
@@ -245,7 +345,7 @@ mod tests {
             rounds: 20,
             cpus: 4,
         };
-        let json = sample_json(&place, &rep, 291);
+        let json = sample_json(&place, &rep, 291, None);
         assert!(json.starts_with(&format!("{{\"arch\":\"{}\",\"cpus\":4,", arch())));
         assert!(json.ends_with(
             "\"round\":3,\"rounds\":20,\"ns\":2969931,\"on\":false,\"syncs\":0,\"records\":0,\

@@ -70,6 +70,13 @@ pub struct Sample {
     pub call_ipis: u64,
     /// The longest gap between two executions of a site on any CPU meanwhile, in nanoseconds.
     pub stall_ns: u64,
+    /// textpoke only: traps the CPUs took during the flip, from the engine's counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traps: Option<u64>,
+    /// textpoke only: the commit's time per part (`ns.<part>` of the engine's stats file, see
+    /// `Part` in kernel/stats.rs), in nanoseconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parts: BTreeMap<String, u64>,
 }
 
 /// The samples of a log, and the sample lines that could not be read (`line N: why`).
@@ -246,6 +253,13 @@ pub struct ConfigStats {
     pub stall_median_ns: f64,
     /// Worst stall over all flips, in nanoseconds.
     pub stall_max_ns: u64,
+    /// textpoke only: median traps per flip, if the samples carry them.
+    #[serde(default)]
+    pub traps: Option<f64>,
+    /// textpoke only: median nanoseconds per part of the commit, over the samples that carry
+    /// the breakdown, by part.
+    #[serde(default)]
+    pub parts: BTreeMap<String, f64>,
 }
 
 /// textpoke's median time over another mode's at one N, with its confidence interval.
@@ -366,6 +380,12 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
             call_ipis: idle_ipis.get(n).map(|b| (raw - b).max(0.0)),
             stall_median_ns: col(|s| s.stall_ns as f64).unwrap_or(0.0),
             stall_max_ns: of.iter().map(|s| s.stall_ns).max().unwrap_or(0),
+            traps: median(
+                &of.iter()
+                    .filter_map(|s| s.traps.map(|t| t as f64))
+                    .collect::<Vec<_>>(),
+            ),
+            parts: median_parts(&of),
         });
     }
     let mut ratios = Vec::new();
@@ -432,6 +452,100 @@ impl ArchReport {
         }
         v
     }
+}
+
+/// The median of each part over the samples that have it.
+fn median_parts(samples: &[&Sample]) -> BTreeMap<String, f64> {
+    let names: BTreeSet<&String> = samples.iter().flat_map(|s| s.parts.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let v: Vec<f64> = samples
+                .iter()
+                .filter_map(|s| s.parts.get(name).map(|&ns| ns as f64))
+                .collect();
+            Some((name.clone(), median(&v)?))
+        })
+        .collect()
+}
+
+/// The parts of a commit in the breakdown, in plan order, with their column headings; the
+/// engine's other parts (`ns.*`) go to "rest".
+const PARTS: [(&str, &str); 12] = [
+    ("check", "check"),
+    ("table", "pending table"),
+    ("guard", "guards"),
+    ("sync1", "sync 1"),
+    ("emit", "records"),
+    ("tail", "tails"),
+    ("sync2", "sync 2"),
+    ("head", "heads"),
+    ("sync3", "sync 3"),
+    ("whole", "whole writes"),
+    ("park", "parked"),
+    ("release", "release"),
+];
+
+/// The breakdown of textpoke's commits per N: median µs per part, and the median traps.
+pub fn breakdown_markdown(r: &ArchReport) -> Option<String> {
+    let rows: Vec<&ConfigStats> = r
+        .configs
+        .iter()
+        .filter(|c| c.mode == TEXTPOKE && c.parts.contains_key("total"))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    // Only the parts some size spends time in.
+    let cols: Vec<(&str, &str)> = PARTS
+        .iter()
+        .copied()
+        .filter(|(k, _)| {
+            rows.iter()
+                .any(|c| c.parts.get(*k).is_some_and(|&v| v > 0.0))
+        })
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "#### {}: where a textpoke commit's time goes (median µs per part over the samples)\n",
+        r.arch
+    );
+    let heads: Vec<&str> = cols.iter().map(|(_, h)| *h).collect();
+    let _ = writeln!(
+        out,
+        "| N | commit | {} | rest | traps during the flip |",
+        heads.join(" | ")
+    );
+    let _ = writeln!(out, "|---:|---:|{}---:|---:|", "---:|".repeat(cols.len()));
+    for c in rows {
+        let total = c.parts.get("total").copied().unwrap_or(0.0);
+        let named: f64 = cols
+            .iter()
+            .filter_map(|(k, _)| c.parts.get(*k))
+            .sum::<f64>();
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|(k, _)| us(c.parts.get(*k).copied().unwrap_or(0.0)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            c.n,
+            us(total),
+            cells.join(" | "),
+            // Medians do not add up: what the named parts' medians leave of the total's.
+            us((total - named).max(0.0)),
+            c.traps
+                .map_or_else(|| "n/a".to_owned(), |t| format!("{t:.0}")),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- Per part the median over the flips of one size, so the parts need not add up to the \
+         commit's median; \"rest\" is what they leave of it. Parts: kernel/stats.rs `Part`."
+    );
+    Some(out)
 }
 
 fn us(ns: f64) -> String {
@@ -622,6 +736,10 @@ pub fn markdown(r: &ArchReport) -> String {
         "- Single-threaded TCG on a shared host: the emulator's round-robin scheduling dominates \
          the times; compare ratios and counts, not microseconds."
     );
+    if let Some(breakdown) = breakdown_markdown(r) {
+        let _ = writeln!(out);
+        out.push_str(&breakdown);
+    }
     out
 }
 
@@ -937,7 +1055,51 @@ mod tests {
             records: if mode == TEXTPOKE { u64::from(n) } else { 0 },
             call_ipis: ipis,
             stall_ns: 1000 * u64::from(round + 1),
+            traps: None,
+            parts: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn breakdown_takes_medians_per_part() {
+        let mut samples = Vec::new();
+        for round in 0..3u32 {
+            let mut t = sample(TEXTPOKE, 256, round, 9000, 3);
+            let k = u64::from(round);
+            t.traps = Some(10 + k);
+            t.parts = [
+                ("guard", 1000 + k),
+                ("sync1", 2000),
+                ("tail", 0),
+                ("total", 9000 + k * 1000),
+            ]
+            .iter()
+            .map(|(p, v)| ((*p).to_owned(), *v))
+            .collect();
+            samples.push(t);
+            samples.push(sample("static_key", 256, round, 3000, 3));
+        }
+        let r = analyse("x86_64", samples, Vec::new());
+        let c = r.config(TEXTPOKE, 256).unwrap();
+        assert_eq!(c.traps, Some(11.0));
+        assert_eq!(c.parts.get("guard"), Some(&1001.0));
+        assert_eq!(r.config("static_key", 256).unwrap().traps, None);
+        let md = breakdown_markdown(&r).unwrap();
+        // The tails took no time at any size: no column.
+        assert!(md.contains("| N | commit | guards | sync 1 | rest | traps during the flip |"));
+        // 10 µs total, 1 guards, 2 sync 1, 7 rest, 11 traps.
+        assert!(md.contains("| 256 | 10 | 1 | 2 | 7 | 11 |"), "{md}");
+        assert!(markdown(&r).contains(&md));
+        // Without the breakdown (older logs), no table.
+        let plain = analyse(
+            "x86_64",
+            vec![
+                sample(TEXTPOKE, 1, 0, 10, 0),
+                sample("static_key", 1, 0, 5, 0),
+            ],
+            Vec::new(),
+        );
+        assert_eq!(breakdown_markdown(&plain), None);
     }
 
     #[test]
