@@ -36,6 +36,13 @@ use kernel::{
 /// Most sites in one batch (`TEXTPOKE_MAX_BATCH` in kernel/textpoke.h).
 pub(crate) const MAX_SITES: usize = 4096;
 
+/// Text writes between two `cond_resched()` calls of a commit: as often as upstream's
+/// `text_poke_bp_batch()` yields, once per batch of at most 256 sites, each written up to three
+/// times (`INT3`, tail, head). Under `PREEMPT_NONE` each yield that finds the task's slice used
+/// up waits for whatever else runs on its CPU: on the benchmark's CPUs, each busy with an
+/// executor, about 100 ms under TCG (the breakdown in docs/results.md).
+const WRITES_PER_RESCHED: u32 = 3 * 256;
+
 /// What a commit cost (`struct textpoke_batch_stats` in kernel/textpoke.h).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -456,17 +463,18 @@ impl<'a> Run<'a> {
             pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
             return Err(EINVAL);
         }
+        if self.stats.writes > 0 && self.stats.writes % WRITES_PER_RESCHED == 0 {
+            // A big batch on a slow machine writes for a long time; let others run, as upstream
+            // text_poke_bp_batch() does since a batch tripped the soft-lockup watchdog. Holding
+            // text_mutex and the hotplug lock across it is fine: both are sleeping locks, and a
+            // guard left in place meanwhile is what the trap handler is for. Before a write,
+            // never after the last one, where there is nothing left to make others wait for.
+            cpu::cond_resched();
+        }
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
         This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
-        if self.stats.writes % 64 == 0 {
-            // A big batch on a slow machine writes for a long time; let others run, as upstream
-            // text_poke_bp_batch() does since a batch tripped the soft-lockup watchdog. Holding
-            // text_mutex and the hotplug lock across it is fine: both are sleeping locks, and a
-            // guard left in place meanwhile is what the trap handler is for.
-            cpu::cond_resched();
-        }
         Ok(())
     }
 
