@@ -19,14 +19,14 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::Instant;
 
-use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Code, Mnemonic};
 use textpoke_core::arm64;
 use textpoke_core::insn::{InsnError, MAX_INSN_LEN};
 use textpoke_core::x86;
 
 mod common;
 
-use common::{FakeRegs, FakeStack};
+use common::{iced_decode_all, FakeRegs, FakeStack};
 
 /// A small deterministic generator (SplitMix64), so that a failure reproduces.
 struct Rng(u64);
@@ -314,20 +314,6 @@ fn arm64_misaligned_sites_and_wrong_lengths_are_refused() {
 
 /// A typical x86-64 kernel text address.
 const X86_KTEXT: u64 = 0xffff_ffff_8100_0000;
-
-/// Decodes `bytes` at `site` into iced instructions, stopping at the first invalid one.
-fn iced_decode_all(site: u64, bytes: &[u8]) -> Vec<iced_x86::Instruction> {
-    let mut decoder = Decoder::with_ip(64, bytes, site, DecoderOptions::NONE);
-    let mut out = Vec::new();
-    while decoder.can_decode() {
-        let insn = decoder.decode();
-        if insn.is_invalid() {
-            break;
-        }
-        out.push(insn);
-    }
-    out
-}
 
 /// The listed form iced reads `bytes` at `site` as, if any, with the header's definitions
 /// written out independently of the codec.

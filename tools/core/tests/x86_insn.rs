@@ -7,7 +7,7 @@
 //! accepted byte string against `iced-x86`, an independent decoder, and check emulation against
 //! iced's view of each instruction's control flow.
 
-use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Code, Mnemonic};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use textpoke_core::insn::{InsnError, MAX_INSN_LEN};
@@ -33,7 +33,7 @@ fn config() -> Config {
 
 mod common;
 
-use common::{FakeRegs, FakeStack};
+use common::{iced_decode_all, FakeRegs, FakeStack};
 
 /// The state of a CPU that hit the guard at `site`: `ip` is just past the `INT3`.
 fn trapped_at(site: u64, sp: u64) -> FakeRegs {
@@ -562,20 +562,6 @@ fn byte_strings() -> impl Strategy<Value = (u64, Vec<u8>)> {
 
 // ---------------------------------------------------------------------------------------------
 // The independent decoder.
-
-/// Decodes `bytes` at `site` into iced instructions, stopping at the first invalid one.
-fn iced_decode_all(site: u64, bytes: &[u8]) -> Vec<iced_x86::Instruction> {
-    let mut decoder = Decoder::with_ip(64, bytes, site, DecoderOptions::NONE);
-    let mut out = Vec::new();
-    while decoder.can_decode() {
-        let insn = decoder.decode();
-        if insn.is_invalid() {
-            break;
-        }
-        out.push(insn);
-    }
-    out
-}
 
 /// Asserts that iced reads `bytes` at `site` as `insn`, instruction for instruction.
 fn assert_iced_agrees(site: u64, bytes: &[u8], insn: Insn) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Fakes shared by the test files that drive `arch/x86/insn.rs`'s `INT3` emulation: the
-//! trapped CPU's registers and its stack.
+//! What the test files of `arch/x86/insn.rs` share: fakes of the trapped CPU's registers and
+//! stack for its `INT3` emulation, and the independent decoder's view of bytes.
 //!
 //! Each test file is its own crate and includes this module with `mod common;`; a file that does
 //! not use an item would otherwise warn.
@@ -10,6 +10,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
+use iced_x86::{Decoder, DecoderOptions};
 use textpoke_core::x86::{Regs, Stack};
 
 /// The registers the emulation reads and writes.
@@ -54,4 +55,18 @@ impl Stack for FakeStack {
         self.writes.push((addr, value));
         self.words.insert(addr, value);
     }
+}
+
+/// Decodes `bytes` at `site` into iced instructions, stopping at the first invalid one.
+pub fn iced_decode_all(site: u64, bytes: &[u8]) -> Vec<iced_x86::Instruction> {
+    let mut decoder = Decoder::with_ip(64, bytes, site, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.is_invalid() {
+            break;
+        }
+        out.push(insn);
+    }
+    out
 }
