@@ -13,8 +13,8 @@
 set -euo pipefail
 
 . "$(dirname "$0")/lib.sh"
-out=$cache/runs/bench-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out" "$cache/bench"
+start_run "bench-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$cache/bench"
 cd "$top"
 
 build_runner

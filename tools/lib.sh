@@ -4,7 +4,8 @@
 # run. Each of them plans its boots with the runner and builds only the guests the plan names.
 #
 # Sets: top (the checkout), cache ($TEXTPOKE_CACHE), build (this checkout's build products),
-# arches (the script's arguments, or both), and exports TEXTPOKE_CACHE and PATH.
+# arches (the script's arguments, or both), and exports TEXTPOKE_CACHE and PATH; start_run sets
+# out and start.
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
@@ -14,6 +15,17 @@ cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 build=$cache/build/$(printf %s "$top" | sha256sum | cut -c1-12)
 export TEXTPOKE_CACHE=$cache PATH="$HOME/.cargo/bin:$PATH"
 arches=${*:-x86_64 arm64}
+
+# start_run NAME: this run's log directory, `out` ($cache/runs/NAME, created), and the start
+# time `step` counts from.
+start_run() {
+	out=$cache/runs/$1
+	mkdir -p "$out"
+	start=$(date +%s)
+}
+
+# step TEXT: a heading with the seconds since start_run.
+step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 
 # build_runner: builds textpoke-runner and sets `runner`, or says why not and exits.
 build_runner() {

@@ -10,8 +10,7 @@
 set -euo pipefail
 
 . "$(dirname "$0")/lib.sh"
-out=$cache/runs/demo-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+start_run "demo-$(date +%Y%m%d-%H%M%S)"
 cd "$top"
 
 echo "== building the runner"

@@ -18,10 +18,7 @@
 set -uo pipefail
 
 . "$(dirname "$0")/lib.sh"
-out=$cache/runs/$(date +%Y%m%d-%H%M%S)-debug
-mkdir -p "$out"
-start=$(date +%s)
-step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
+start_run "$(date +%Y%m%d-%H%M%S)-debug"
 cd "$top"
 
 step "host: the runner"

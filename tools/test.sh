@@ -26,10 +26,7 @@
 set -uo pipefail
 
 . "$(dirname "$0")/lib.sh"
-out=$cache/runs/$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
-start=$(date +%s)
-step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
+start_run "$(date +%Y%m%d-%H%M%S)"
 cd "$top"
 
 step "host: the runner"
