@@ -21,9 +21,6 @@ use textpoke_agent::ktap::{Case, Ktap};
 use textpoke_agent::sys;
 
 const DIR: &str = "/sys/kernel/debug/textpoke_bench";
-/// The engine's counters (kernel/stats.rs): batch totals, time per part of a commit (`ns.*`),
-/// traps per CPU (`traps.cpu*`).
-const ENGINE_STATS: &str = "/sys/kernel/debug/textpoke/stats";
 const SIZES: [u32; 4] = [1, 16, 256, 4096];
 
 /// Rounds at size `n`: at least 20 samples per mode and size, except arm64 at 4096 sites, where
@@ -114,17 +111,16 @@ struct Engine {
     traps: u64,
 }
 
-/// The engine's counters now: `ns.*` by part, and `traps.cpu*` summed.
+/// The engine's counters now (kernel/stats.rs): `ns.*` by part, and `traps.cpu*` summed.
 fn engine_counters() -> Result<Engine, String> {
-    let text = sys::read_text(ENGINE_STATS).map_err(|e| format!("{ENGINE_STATS}: {e}"))?;
-    parse_engine_counters(&text)
+    counters_of(&crate::scenario::engine_stats()?)
 }
 
-fn parse_engine_counters(text: &str) -> Result<Engine, String> {
-    let map = textpoke_agent::exerciser::key_values(text);
+/// [`engine_counters`] of the stats file's `map`.
+fn counters_of(map: &BTreeMap<String, String>) -> Result<Engine, String> {
     let mut out = Engine::default();
     for key in map.keys() {
-        let value = textpoke_agent::exerciser::number(&map, key)?;
+        let value = textpoke_agent::exerciser::number(map, key)?;
         if let Some(part) = key.strip_prefix("ns.") {
             out.parts.insert(part.to_owned(), value);
         } else if key.starts_with("traps.cpu") {
@@ -132,7 +128,7 @@ fn parse_engine_counters(text: &str) -> Result<Engine, String> {
         }
     }
     if !out.parts.contains_key("total") {
-        return Err(format!("{ENGINE_STATS} has no `ns.total`"));
+        return Err("the engine's stats have no `ns.total`".to_owned());
     }
     Ok(out)
 }
@@ -307,6 +303,10 @@ mod tests {
         );
         assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254"), None);
         assert_eq!(parse_rep("textpoke 16 0 x 2 16 24254 0"), None);
+    }
+
+    fn parse_engine_counters(text: &str) -> Result<Engine, String> {
+        counters_of(&textpoke_agent::exerciser::key_values(text))
     }
 
     #[test]
