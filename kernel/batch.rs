@@ -194,7 +194,6 @@ impl Batch {
             return Err(errno::empty());
         }
         let start = clock::now();
-        let mut parts: Parts = [0; Part::ALL.len()];
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
         if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.change.old)) {
@@ -204,7 +203,7 @@ impl Batch {
             );
             return Err(errno::text_changed());
         }
-        add_part(&mut parts, Part::Check, clock::now().saturating_sub(start));
+        let check_ns = clock::now().saturating_sub(start);
         let defect = debug::defect();
         if defect != Defect::None {
             pr_warn!("batch {id}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n");
@@ -239,7 +238,8 @@ impl Batch {
             .table
             .with_published(&self.entries, cpu::cond_resched, || run.plan(defect));
         let table_ns = clock::now().saturating_sub(table_start);
-        let planned = run.parts;
+        // So far only the plan's steps.
+        let mut parts = run.parts;
         drop(run);
         let ran = match published {
             Ok(ran) => ran,
@@ -260,12 +260,9 @@ impl Batch {
             }
         };
         self.committed = true;
-        let mut in_plan = 0u64;
-        for (part, ns) in parts.iter_mut().zip(planned) {
-            *part = part.saturating_add(ns);
-            in_plan = in_plan.saturating_add(ns);
-        }
-        add_part(&mut parts, Part::Table, table_ns.saturating_sub(in_plan));
+        let plan_ns = parts.iter().fold(0u64, |sum, ns| sum.saturating_add(*ns));
+        add_part(&mut parts, Part::Check, check_ns);
+        add_part(&mut parts, Part::Table, table_ns.saturating_sub(plan_ns));
         self.stats.nsecs = clock::now().saturating_sub(start);
         self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
         let release_start = clock::now();
@@ -373,21 +370,8 @@ impl<'a> Run<'a> {
                 }
                 _ => step,
             };
+            let part = part_of(step, self.stats.syncs);
             let step_start = clock::now();
-            let part = match step {
-                Step::Sync => match self.stats.syncs {
-                    0 => Part::Sync1,
-                    1 => Part::Sync2,
-                    _ => Part::Sync3,
-                },
-                Step::WriteGuard(_) => Part::Guard,
-                Step::WriteTail(_) => Part::Tail,
-                Step::WriteHead(_) => Part::Head,
-                Step::WriteWhole(_) => Part::Whole,
-                Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => Part::Emit,
-                Step::Park => Part::Park,
-                Step::Publish | Step::Retire | Step::Unpark => Part::Other,
-            };
             let done = match step {
                 // The batch is published around the whole run (see `Batch::commit`).
                 Step::Publish => Ok(()),
@@ -609,6 +593,24 @@ impl<'a> Run<'a> {
         self.held = None;
         This::sync_all();
         self.stats.syncs = self.stats.syncs.saturating_add(1);
+    }
+}
+
+/// The part of a commit's time (`Part`) that `step` counts to, `syncs` syncs into the batch.
+fn part_of(step: Step, syncs: u32) -> Part {
+    match step {
+        Step::Sync => match syncs {
+            0 => Part::Sync1,
+            1 => Part::Sync2,
+            _ => Part::Sync3,
+        },
+        Step::WriteGuard(_) => Part::Guard,
+        Step::WriteTail(_) => Part::Tail,
+        Step::WriteHead(_) => Part::Head,
+        Step::WriteWhole(_) => Part::Whole,
+        Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => Part::Emit,
+        Step::Park => Part::Park,
+        Step::Publish | Step::Retire | Step::Unpark => Part::Other,
     }
 }
 
