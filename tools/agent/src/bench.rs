@@ -216,7 +216,9 @@ fn sizes() -> Vec<u32> {
 /// Runs every measurement and prints the boot's KTAP document, whose second suite is
 /// `textpoke_bench`.
 pub fn run(ktap: &mut Ktap) {
-    let mut cases = Vec::new();
+    let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
+    super::log("bench: retargeting a hardware breakpoint (seed 004)");
+    let mut cases = super::retarget::run(arch(), cpus, log);
     let (loaded, selftest) = super::load_textpoke("");
     let loaded = loaded.and_then(|()| super::load("textpoke_bench", ""));
     cases.push(Case::check("load", loaded.is_ok(), format!("{loaded:?}")));
@@ -228,7 +230,6 @@ pub fn run(ktap: &mut Ktap) {
         };
         let reps_override: Option<u32> =
             sys::cmdline_param("textpoke.bench_reps").and_then(|v| v.parse().ok());
-        let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
         for n in sizes() {
             let rounds = reps_override.unwrap_or_else(|| rounds(n)).max(1);
             super::log(&format!("bench: {rounds} rounds of {modes:?} at n={n}"));

@@ -9,6 +9,8 @@
 //!   kernel log;
 //! * [`kcore`]: reading kernel memory through `/proc/kcore`;
 //! * [`perf`]: a `PERF_RECORD_TEXT_POKE` recorder with a ring buffer on every CPU;
+//! * [`breakpoint`]: hardware execute breakpoints through perf, moved in place with
+//!   `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`;
 //! * [`realperf`]: driving Debian's `perf record --kcore` / `perf script` and parsing the
 //!   text-poke events it prints;
 //! * [`exerciser`]: the exerciser module's debugfs interface ([`uapi`] is its shared half);
@@ -17,6 +19,7 @@
 //! Everything that can be checked without a kernel (parsers, the KTAP writer, the ring-buffer
 //! copy and the record decoding) has host unit tests.
 
+pub mod breakpoint;
 pub mod checks;
 pub mod exerciser;
 pub mod kcore;

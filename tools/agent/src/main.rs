@@ -31,6 +31,7 @@ mod badinput;
 mod bench;
 mod controls;
 mod outsider;
+mod retarget;
 mod scenario;
 mod stress;
 

@@ -494,17 +494,87 @@ pub struct RecorderConfig {
     pub data_pages: usize,
 }
 
-/// One CPU's event and its mapped ring buffer.
+/// An event's ring buffer, mapped: one metadata page and `data_pages` data pages, shared and
+/// writable (so that the kernel never overwrites unread records). Unmapped when dropped.
 #[derive(Debug)]
-struct CpuBuffer {
-    cpu: u32,
-    fd: OwnedFd,
+pub struct MappedRing {
     map: NonNull<libc::c_void>,
     map_len: usize,
     ring: Ring,
 }
 
-impl Drop for CpuBuffer {
+impl MappedRing {
+    /// Maps the ring buffer of the perf event `fd` with `data_pages` data pages (a power of
+    /// two).
+    ///
+    /// Errors: `EINVAL` if `data_pages` is not a power of two, `mmap`'s errno, or
+    /// `InvalidData` if the kernel describes a data area outside the mapping.
+    pub fn map(fd: &OwnedFd, data_pages: usize) -> io::Result<Self> {
+        if !data_pages.is_power_of_two() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `sysconf` takes a plain integer.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let map_len = (1 + data_pages) * page;
+        // SAFETY: a fresh shared mapping of the event's buffer; the kernel checks the size
+        // (1 + 2^n pages) and the result is checked against MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map = NonNull::new(map).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        let base = map.cast::<u8>();
+        // SAFETY: the metadata page is mapped and 8-byte aligned (page aligned); the kernel
+        // set `data_offset`/`data_size` before `mmap` returned.
+        let (data_offset, data_size) = unsafe {
+            (
+                std::ptr::read_volatile(base.as_ptr().add(mmap_page::DATA_OFFSET).cast::<u64>()),
+                std::ptr::read_volatile(base.as_ptr().add(mmap_page::DATA_SIZE).cast::<u64>()),
+            )
+        };
+        let (data_offset, data_size) = if data_size == 0 {
+            (page, data_pages * page)
+        } else {
+            (data_offset as usize, data_size as usize)
+        };
+        if !data_size.is_power_of_two() || data_offset + data_size > map_len {
+            // SAFETY: unmapping what was just mapped.
+            unsafe {
+                libc::munmap(map.as_ptr(), map_len);
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("perf buffer data area {data_offset:#x}+{data_size:#x} outside the {map_len:#x}-byte mapping"),
+            ));
+        }
+        // SAFETY: the data area lies within the mapping (checked above) and the mapping lives
+        // as long as the `MappedRing` that owns both.
+        let ring = unsafe {
+            Ring::new(
+                base,
+                NonNull::new_unchecked(base.as_ptr().add(data_offset)),
+                data_size,
+            )
+        };
+        Ok(Self { map, map_len, ring })
+    }
+
+    /// The ring buffer.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+}
+
+impl Drop for MappedRing {
     fn drop(&mut self) {
         // SAFETY: `map`/`map_len` are exactly what `mmap` returned; `ring` (which points into
         // it) is dropped with `self` and not used afterwards.
@@ -514,6 +584,18 @@ impl Drop for CpuBuffer {
     }
 }
 
+// SAFETY: the mapping is owned by the `MappedRing` alone (the raw pointers are not shared), and
+// the kernel side of the protocol does not care which thread reads.
+unsafe impl Send for MappedRing {}
+
+/// One CPU's event and its mapped ring buffer.
+#[derive(Debug)]
+struct CpuBuffer {
+    cpu: u32,
+    fd: OwnedFd,
+    mapped: MappedRing,
+}
+
 /// A text-poke recorder with one event and ring buffer per CPU; see the module documentation.
 #[derive(Debug)]
 pub struct Recorder {
@@ -521,10 +603,6 @@ pub struct Recorder {
     layout: SampleIdLayout,
     scratch: Vec<u8>,
 }
-
-// SAFETY: the mappings are owned by the recorder alone (the raw pointers are not shared), and
-// the kernel side of the protocol does not care which thread reads.
-unsafe impl Send for Recorder {}
 
 impl Recorder {
     /// Opens the events on every online CPU, maps their buffers and enables the events.
@@ -537,71 +615,12 @@ impl Recorder {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let cpus = crate::sys::online_cpus()?;
-        // SAFETY: `sysconf` takes a plain integer.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let map_len = (1 + config.data_pages) * page;
         let attr = PerfEventAttr::text_poke();
         let mut buffers = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
             let fd = perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)?;
-            // SAFETY: a fresh shared mapping of the event's buffer; the kernel checks the size
-            // (1 + 2^n pages) and the result is checked against MAP_FAILED.
-            let map = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd.as_raw_fd(),
-                    0,
-                )
-            };
-            if map == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            let map = NonNull::new(map).expect("mmap does not return NULL on success");
-            let base = map.cast::<u8>();
-            // SAFETY: the metadata page is mapped and 8-byte aligned (page aligned); the kernel
-            // set `data_offset`/`data_size` before `mmap` returned.
-            let (data_offset, data_size) = unsafe {
-                (
-                    std::ptr::read_volatile(
-                        base.as_ptr().add(mmap_page::DATA_OFFSET).cast::<u64>(),
-                    ),
-                    std::ptr::read_volatile(base.as_ptr().add(mmap_page::DATA_SIZE).cast::<u64>()),
-                )
-            };
-            let (data_offset, data_size) = if data_size == 0 {
-                (page, config.data_pages * page)
-            } else {
-                (data_offset as usize, data_size as usize)
-            };
-            if !data_size.is_power_of_two() || data_offset + data_size > map_len {
-                // SAFETY: unmapping what was just mapped.
-                unsafe {
-                    libc::munmap(map.as_ptr(), map_len);
-                }
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("perf buffer data area {data_offset:#x}+{data_size:#x} outside the {map_len:#x}-byte mapping"),
-                ));
-            }
-            // SAFETY: the data area lies within the mapping (checked above) and the mapping
-            // lives as long as the `CpuBuffer` that owns both.
-            let ring = unsafe {
-                Ring::new(
-                    base,
-                    NonNull::new_unchecked(base.as_ptr().add(data_offset)),
-                    data_size,
-                )
-            };
-            buffers.push(CpuBuffer {
-                cpu,
-                fd,
-                map,
-                map_len,
-                ring,
-            });
+            let mapped = MappedRing::map(&fd, config.data_pages)?;
+            buffers.push(CpuBuffer { cpu, fd, mapped });
         }
         let recorder = Self {
             buffers,
@@ -629,7 +648,7 @@ impl Recorder {
     pub fn drain(&mut self) -> Drain {
         let mut drain = Drain::default();
         for buf in &self.buffers {
-            drain.add_ring(&buf.ring, self.layout, buf.cpu, &mut self.scratch);
+            drain.add_ring(buf.mapped.ring(), self.layout, buf.cpu, &mut self.scratch);
         }
         drain.pokes.sort_by_key(|p| p.time);
         drain

@@ -2,7 +2,9 @@
 //! guest agent logged (`textpoke-bench: {json}` lines, one per flip: tools/agent/src/bench.rs),
 //! and per arch writes a Markdown table with the spread of every (mode, N), the ratio of
 //! textpoke's median time to every other mode's with a bootstrap confidence interval, the raw
-//! samples as JSON, and an SVG plot of the distributions.
+//! samples as JSON, and an SVG plot of the distributions. The same logs may carry the
+//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs): its section
+//! joins the arch's report.
 //!
 //! Statistics: quantiles interpolate linearly between order statistics (Hyndman and Fan's
 //! type 7, as R and numpy do by default), so the median of an even count is the mean of the
@@ -19,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::report::BootReport;
+use crate::retarget::RetargetReport;
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-bench: ";
@@ -305,6 +308,10 @@ pub struct ArchReport {
     pub ratios: Vec<Ratio>,
     /// Every sample, in log order.
     pub samples: Vec<Sample>,
+    /// The retarget benchmark (seed 004), if the logs have its lines; reports written before
+    /// it existed have no such field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retarget: Option<RetargetReport>,
 }
 
 fn mode_rank(mode: &str) -> usize {
@@ -418,6 +425,7 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
         configs,
         ratios,
         samples,
+        retarget: None,
     }
 }
 
@@ -592,8 +600,25 @@ fn ipis_cell(c: &ConfigStats) -> String {
         .map_or_else(|| "n/a".into(), |v| format!("{v:.0}"))
 }
 
-/// The Markdown for one arch: a heading, the table, and what it rests on.
+/// The Markdown for one arch: a heading, the table, and what it rests on; then the retarget
+/// benchmark's section, if there is one.
 pub fn markdown(r: &ArchReport) -> String {
+    // A boot may have run the retarget benchmark only: no empty flips table then.
+    let mut out = if r.configs.is_empty() {
+        String::new()
+    } else {
+        flips_markdown(r)
+    };
+    if let Some(retarget) = &r.retarget {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::retarget::markdown(retarget));
+    }
+    out
+}
+
+fn flips_markdown(r: &ArchReport) -> String {
     let mut out = String::new();
     let sizes = r.sizes();
     let modes = r.modes();
@@ -980,36 +1005,69 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();
     logs.sort();
-    let mut by_arch: BTreeMap<String, (Vec<Sample>, Vec<Source>)> = BTreeMap::new();
+    type Arch = (Vec<Sample>, Vec<Source>, Option<RetargetReport>);
+    let mut by_arch: BTreeMap<String, Arch> = BTreeMap::new();
     for log in logs {
         let bytes =
             std::fs::read(&log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
-        let parsed = parse_log(&String::from_utf8_lossy(&bytes));
-        let Some(first) = parsed.samples.first() else {
+        let text = String::from_utf8_lossy(&bytes);
+        let parsed = parse_log(&text);
+        let (retarget, retarget_problems) = crate::retarget::parse_log(&text);
+        // One boot, one arch: the first sample of either kind names it.
+        let Some(arch) = parsed
+            .samples
+            .first()
+            .map(|s| &s.arch)
+            .or_else(|| retarget.first().map(|s| &s.arch))
+            .cloned()
+        else {
             continue;
         };
         let seconds = std::fs::read_to_string(log.with_extension("json"))
             .ok()
             .and_then(|s| serde_json::from_str::<BootReport>(&s).ok())
             .map(|r| r.seconds);
-        let entry = by_arch.entry(first.arch.clone()).or_default();
+        let entry = by_arch.entry(arch).or_default();
         entry.1.push(Source {
             log: log.display().to_string(),
             seconds,
             problems: parsed.problems,
         });
         entry.0.extend(parsed.samples);
+        if !retarget.is_empty() || !retarget_problems.is_empty() {
+            // Analysed once the arch's logs are all read; the problems name their log here.
+            let part = entry.2.get_or_insert_with(RetargetReport::default);
+            part.samples.extend(retarget);
+            part.problems.extend(
+                retarget_problems
+                    .into_iter()
+                    .map(|p| format!("{}: {p}", log.display())),
+            );
+        }
     }
     if by_arch.is_empty() {
         return Err(format!(
-            "no `{}` lines in any log of {}",
+            "no `{}` or `{}` lines in any log of {}",
             PREFIX.trim_end(),
+            crate::retarget::PREFIX.trim_end(),
             dir.display()
         ));
     }
     let mut reports: Vec<ArchReport> = by_arch
         .into_iter()
-        .map(|(arch, (samples, sources))| analyse(&arch, samples, sources))
+        .map(|(arch, (samples, sources, retarget))| {
+            let mut r = analyse(&arch, samples, sources);
+            if let Some(part) = retarget {
+                let mut done = crate::retarget::analyse(part.samples);
+                done.problems = part.problems;
+                // Without flips the CPUs come from the retarget samples.
+                r.cpus = r
+                    .cpus
+                    .max(done.samples.iter().map(|s| s.cpus).max().unwrap_or(0));
+                r.retarget = Some(done);
+            }
+            r
+        })
         .collect();
     reports.sort_by_key(|r| r.arch != "x86_64");
     Ok(reports)
@@ -1021,7 +1079,14 @@ pub fn write(reports: &[ArchReport], to: &Path) -> Result<Vec<PathBuf>, String> 
     let mut written = Vec::new();
     for r in reports {
         let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())? + "\n";
-        for (ext, text) in [("md", markdown(r)), ("json", json), ("svg", svg(r))] {
+        // No plot without flips (a boot that ran only the retarget benchmark).
+        let svg = (!r.configs.is_empty()).then(|| svg(r));
+        let files = [
+            ("md", Some(markdown(r))),
+            ("json", Some(json)),
+            ("svg", svg),
+        ];
+        for (ext, text) in files.into_iter().filter_map(|(e, t)| Some((e, t?))) {
             let path = to.join(format!("bench-{}.{ext}", r.arch));
             std::fs::write(&path, text)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

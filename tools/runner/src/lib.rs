@@ -9,6 +9,7 @@ pub mod judge;
 pub mod ktap;
 pub mod qemu;
 pub mod report;
+pub mod retarget;
 pub mod splat;
 pub mod suite;
 pub mod trappath;
