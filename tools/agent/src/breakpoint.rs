@@ -237,6 +237,12 @@ impl Breakpoint {
     }
 }
 
+impl AsRawFd for Breakpoint {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -228,6 +228,74 @@ fn other_patchers_control() -> Case {
     }
 }
 
+/// The breakpoint observer alone (observed.rs) must catch the unguarded "nosync" writes: it
+/// sees the new instruction run before its record with no guard at the site. Nothing from the
+/// exerciser's executors goes into its verdict.
+fn observer_control(kcore: &Kcore) -> Case {
+    const NAME: &str = "control_unguarded_nosync_caught_by_observer";
+    const MODE: u32 = 3;
+    let run = || -> Result<String, String> {
+        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        sys::set_module_param("textpoke", "debug_protocol", &MODE.to_string())
+            .map_err(|e| format!("setting debug_protocol={MODE}: {e}"))?;
+        let observed = crate::observed::run(crate::observed::CONTROL_SPEC, &sites, kcore);
+        sys::set_module_param("textpoke", "debug_protocol", "0")
+            .map_err(|e| format!("resetting debug_protocol: {e}"))?;
+        let (_, c, v) = observed?;
+        let line = crate::observed::summary(&c, &v);
+        if v.violations > 0 {
+            Ok(format!("{line}; first: {:?}", v.examples.first()))
+        } else {
+            Err(format!("not caught: {line}"))
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME)
+            .with_log(format!(
+                "debug_protocol={MODE} under {}",
+                crate::observed::CONTROL_SPEC
+            ))
+            .with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// Seed 001's BEFORE/AFTER pair (debug mode 4) watched by the observer: how many executions
+/// ended between a site's two records, where the records cannot say which instruction ran. The
+/// single guarded record leaves no such interval (the host model's figures: docs/protocol.md).
+fn before_after_observed(kcore: &Kcore) -> Case {
+    const NAME: &str = "before_after_leaves_executions_undecided";
+    const MODE: u32 = 4;
+    let run = || -> Result<String, String> {
+        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        sys::set_module_param("textpoke", "debug_protocol", &MODE.to_string())
+            .map_err(|e| format!("setting debug_protocol={MODE}: {e}"))?;
+        let observed = crate::observed::run(crate::observed::CONTROL_SPEC, &sites, kcore);
+        sys::set_module_param("textpoke", "debug_protocol", "0")
+            .map_err(|e| format!("resetting debug_protocol: {e}"))?;
+        let (ev, c, v) = observed?;
+        let watched = crate::observed::watched(&sites)?;
+        let intervals = textpoke_agent::observer::before_after_intervals(&ev.site_pokes(&sites));
+        let pairs: usize = intervals.values().map(Vec::len).sum();
+        let [off, on] = textpoke_agent::observer::inside_intervals(&watched, &intervals, &c.hits);
+        let line = format!(
+            "{pairs} BEFORE/AFTER pairs; {} of {} observed executions ended inside one ({off} took path 0, {on} path 1); {}",
+            off + on,
+            v.classified(),
+            crate::observed::summary(&c, &v)
+        );
+        if pairs > 0 && off + on > 0 {
+            Ok(line)
+        } else {
+            Err(line)
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 fn control(c: &Control, kcore: &Kcore) -> Case {
     let run = || -> Result<(String, Vec<String>), String> {
         let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
@@ -273,6 +341,8 @@ pub fn cases(kcore: &Kcore) -> Case {
         for c in CONTROLS {
             children.push(control(c, kcore));
         }
+        children.push(observer_control(kcore));
+        children.push(before_after_observed(kcore));
         if crate::is_x86() {
             children.push(foreign_int3_control());
         }

@@ -9,6 +9,8 @@
 //!   kernel log;
 //! * [`kcore`]: reading kernel memory through `/proc/kcore`;
 //! * [`perf`]: a `PERF_RECORD_TEXT_POKE` recorder with a ring buffer on every CPU;
+//! * [`observer`]: the breakpoint observer, which judges executions it saw on the CPU's debug
+//!   unit against the records ([`bpf`] is its program);
 //! * [`breakpoint`]: hardware execute breakpoints through perf, moved in place with
 //!   `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`;
 //! * [`realperf`]: driving Debian's `perf record --kcore` / `perf script` and parsing the
@@ -19,11 +21,13 @@
 //! Everything that can be checked without a kernel (parsers, the KTAP writer, the ring-buffer
 //! copy and the record decoding) has host unit tests.
 
+pub mod bpf;
 pub mod breakpoint;
 pub mod checks;
 pub mod exerciser;
 pub mod kcore;
 pub mod ktap;
+pub mod observer;
 pub mod perf;
 pub mod realperf;
 pub mod sys;

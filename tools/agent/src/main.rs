@@ -30,6 +30,7 @@ use textpoke_agent::sys;
 mod badinput;
 mod bench;
 mod controls;
+mod observed;
 mod outsider;
 mod retarget;
 mod scenario;
@@ -102,6 +103,7 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
         let before = kcore
             .read(base, len)
             .map_err(|e| format!("kcore before: {e}"))?;
+        log("real perf: recording a scenario");
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         let dir = Path::new("/tmp/perf-ours");
         let _ = std::fs::remove_dir_all(dir);
@@ -145,6 +147,7 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
     // The kernel's own pokes, as a control of the pipeline: enabling the function tracer
     // patches every traced function. x86 records them; arm64 emits no record at all.
     let control = (|| -> Result<Case, String> {
+        log("real perf: recording the function tracer's patching");
         let dir = Path::new("/tmp/perf-ftrace");
         let _ = std::fs::remove_dir_all(dir);
         let t = "/sys/kernel/debug/tracing/current_tracer";
@@ -174,6 +177,7 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
         })
     })();
     out.push(control.unwrap_or_else(|e| Case::fail("real_perf_kernel_control", e)));
+    log("real perf: done");
     out
 }
 
@@ -215,6 +219,7 @@ fn test_suite(ktap: &mut Ktap) {
             for (name, spec) in SCENARIOS {
                 cases.push(scenario::case(name, spec, &sites, &kcore));
             }
+            cases.push(observed::case(&sites, &kcore));
             cases.extend(real_perf_cases(SCENARIOS[0].1, &sites, &kcore));
             cases.push(badinput::cases(&sites, &kcore));
             cases.push(outsider::cases(&sites, &kcore));

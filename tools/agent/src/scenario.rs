@@ -12,6 +12,7 @@ use textpoke_agent::checks;
 use textpoke_agent::exerciser::{self, BatchLine, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
+use textpoke_agent::observer;
 use textpoke_agent::perf::{self, Drain, Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::sys;
 use textpoke_agent::uapi::ExecRecord;
@@ -132,6 +133,17 @@ impl Evidence {
 
 /// Runs scenario `spec` and collects its evidence.
 pub fn run(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, String> {
+    run_observed(spec, sites, kcore, None).map(|(ev, _)| ev)
+}
+
+/// As [`run`], with the breakpoint observer watching meanwhile if `observe` says how; returns
+/// what it collected too.
+pub fn run_observed(
+    spec: &str,
+    sites: &[Site],
+    kcore: &Kcore,
+    observe: Option<observer::Config>,
+) -> Result<(Evidence, Option<observer::Collected>), String> {
     let (base, len) = region(sites);
     clear_engine_log()?;
     let stats_before = engine_stats()?;
@@ -140,14 +152,19 @@ pub fn run(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, String
         .map_err(|e| format!("kcore before: {e}"))?;
     let mut recorder = Recorder::open(&RecorderConfig { data_pages: 512 })
         .map_err(|e| format!("opening the TEXT_POKE recorder: {e}"))?;
+    let observer = observe
+        .map(observer::Observer::start)
+        .transpose()
+        .map_err(|e| format!("starting the observer: {e}"))?;
     log(&format!("scenario {spec}"));
     let run = exerciser::command(&format!("run {spec}"));
+    let observed = observer.map(observer::Observer::stop);
     let drain = recorder.drain();
     recorder.close();
     let after = kcore
         .read(base, len)
         .map_err(|e| format!("kcore after: {e}"))?;
-    Ok(Evidence {
+    let ev = Evidence {
         run,
         drain,
         engine: engine_log(),
@@ -157,7 +174,8 @@ pub fn run(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Evidence, String
         batches: exerciser::batches().map_err(|e| format!("batches: {e}"))?,
         execs: exerciser::executions().map_err(|e| format!("executions: {e}"))?,
         stats: (stats_before, engine_stats()?),
-    })
+    };
+    Ok((ev, observed))
 }
 
 /// Runs a scenario and judges it, as a KTAP subtest.
@@ -248,6 +266,12 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
                 r.checked,
                 ours.len()
             ));
+            if r.multi_batch > 0 {
+                c = c.with_log(format!(
+                    "{} trapped executions spanned several batches of their site",
+                    r.multi_batch
+                ));
+            }
             for (kind, [old, new, trapped]) in &r.by_kind {
                 c = c.with_log(format!("{kind}: old {old}, new {new}, trapped {trapped}"));
             }

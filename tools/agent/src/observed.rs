@@ -1,0 +1,196 @@
+//! A scenario watched by the breakpoint observer (textpoke_agent::observer), and its verdicts as
+//! KTAP cases: the observer runs beside the ordering checker, and must on its own classify
+//! thousands of executions with no violation under the guarded protocol, and find violations
+//! under the unguarded "nosync" control (controls.rs).
+
+use std::collections::HashMap;
+use std::time::Duration;
+use textpoke_agent::checks;
+use textpoke_agent::exerciser::Site;
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::observer::{self, Collected, Config, Verdicts, Watched};
+
+use crate::scenario::{self, region, Evidence};
+
+/// The observed scenario: one key of eight branch sites, flipped often enough for the observer
+/// to sweep its breakpoints over every site many times.
+pub const SPEC: &str = "keys=1 sites=8 flips=101 pokers=1";
+/// The same, shorter, for the negative controls, which need only some executions in the
+/// windows the defect opens (and each of whose runs under a broken protocol costs more).
+pub const CONTROL_SPEC: &str = "keys=1 sites=8 flips=21 pokers=1";
+/// Branch sites watched: the first of the pool, which the key of [`SPEC`] takes.
+const WATCHED: usize = 8;
+/// How long the breakpoints stay on one site.
+const DWELL: Duration = Duration::from_millis(5);
+/// Executions the observer must classify in a passing run.
+pub const MIN_CLASSIFIED: u64 = 1000;
+
+/// Where a branch site's `on` instruction jumps: x86 `JMP rel32` (`e9`), arm64 `B`.
+fn branch_target(site: &Site) -> Option<u64> {
+    if crate::is_x86() {
+        let [0xe9, a, b, c, d] = site.on.as_slice() else {
+            return None;
+        };
+        let rel = i32::from_le_bytes([*a, *b, *c, *d]);
+        Some(site.addr.wrapping_add(5).wrapping_add(rel as i64 as u64))
+    } else {
+        let insn = u32::from_le_bytes(site.on.as_slice().try_into().ok()?);
+        if insn & 0xfc00_0000 != 0x1400_0000 {
+            return None;
+        }
+        // imm26, sign-extended, in instructions.
+        let rel = (((insn & 0x03ff_ffff) << 6) as i32 >> 6) as i64 * 4;
+        Some(site.addr.wrapping_add(rel as u64))
+    }
+}
+
+/// The first [`WATCHED`] branch sites, with where each path goes.
+pub fn watched(sites: &[Site]) -> Result<Vec<Watched>, String> {
+    let kind = if crate::is_x86() { "jmp32" } else { "b" };
+    let out: Vec<Watched> = sites
+        .iter()
+        .filter(|s| s.kind == kind)
+        .take(WATCHED)
+        .map(|s| {
+            Ok(Watched {
+                index: s.index,
+                addr: s.addr,
+                on: s.on.clone(),
+                off: s.off.clone(),
+                taken: branch_target(s)
+                    .ok_or_else(|| format!("site {:#x}: {:02x?} is not a branch", s.addr, s.on))?,
+                fall: s.addr + s.len as u64,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    if out.len() < WATCHED {
+        return Err(format!("only {} {kind} sites", out.len()));
+    }
+    Ok(out)
+}
+
+/// Whether the observer also watches the sites themselves (to know when an execution started).
+fn watch_site() -> bool {
+    true
+}
+
+/// Runs `spec` (one key of branch sites) with the observer and judges what the observer saw.
+pub fn run(
+    spec: &str,
+    sites: &[Site],
+    kcore: &Kcore,
+) -> Result<(Evidence, Collected, Verdicts), String> {
+    let watched = watched(sites)?;
+    let config = Config {
+        sites: watched.clone(),
+        watch_site: watch_site(),
+        dwell: DWELL,
+    };
+    let (ev, collected) = scenario::run_observed(spec, sites, kcore, Some(config))?;
+    let collected = collected.ok_or("the observer did not run")?;
+    let verdicts = judge(&ev, sites, &watched, &collected)?;
+    Ok((ev, collected, verdicts))
+}
+
+/// The observer's verdicts on `collected`: against the records perf delivered, each site's path
+/// before them read from the kcore snapshot.
+fn judge(
+    ev: &Evidence,
+    sites: &[Site],
+    watched: &[Watched],
+    collected: &Collected,
+) -> Result<Verdicts, String> {
+    let timelines = checks::timelines(sites, &ev.site_pokes(sites))?;
+    let (base, _) = region(sites);
+    let mut initial = HashMap::new();
+    for w in watched {
+        let at = (w.addr - base) as usize;
+        let text = ev
+            .before
+            .get(at..at + w.on.len())
+            .ok_or_else(|| format!("site {:#x} outside the kcore snapshot", w.addr))?;
+        let path = if text == w.on.as_slice() {
+            1
+        } else if text == w.off.as_slice() {
+            0
+        } else {
+            return Err(format!(
+                "site {:#x} holds {text:02x?} before the run",
+                w.addr
+            ));
+        };
+        initial.insert(w.index, path);
+    }
+    Ok(observer::judge(
+        watched,
+        &timelines,
+        &initial,
+        &collected.hits,
+    ))
+}
+
+/// One line of what the observer saw.
+pub fn summary(c: &Collected, v: &Verdicts) -> String {
+    format!(
+        "{} hits in {} sweep steps: {} executions classified ({} with a start, {} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, lost {}, unparsable {}",
+        c.hits.len(),
+        c.steps,
+        v.classified(),
+        v.with_start,
+        v.met_guard,
+        v.old_ran,
+        v.new_ran,
+        v.trapped,
+        v.undecided,
+        v.violations,
+        v.stray,
+        c.lost,
+        c.bad
+    )
+}
+
+/// The observed scenario as a KTAP group: the scenario's own checks, then the observer's.
+pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
+    const NAME: &str = "scenario_observed";
+    let (ev, c, v) = match run(SPEC, sites, kcore) {
+        Ok(r) => r,
+        Err(e) => return Case::fail(NAME, e),
+    };
+    let line = summary(&c, &v);
+    crate::log(&format!("observer: {line}"));
+    let scenario = scenario::judge("scenario", SPEC, &ev, sites);
+    let children = vec![
+        scenario,
+        Case::check(
+            "observer_complete",
+            c.error.is_none() && c.lost == 0 && c.bad == 0 && c.steps > 0,
+            format!(
+                "error {:?}, {} lost records, {} unparsable, {} steps",
+                c.error, c.lost, c.bad, c.steps
+            ),
+        ),
+        Case::check(
+            "observer_classified_thousands",
+            v.classified() >= MIN_CLASSIFIED,
+            format!(
+                "{} executions classified, fewer than {MIN_CLASSIFIED}",
+                v.classified()
+            ),
+        ),
+        Case::check(
+            "observer_saw_guards",
+            v.met_guard > 0,
+            "no execution found the guard at its site: the observer's reading of the text is \
+             broken, or no execution of a watched site met a batch",
+        ),
+        Case::check(
+            "observer_no_violations",
+            v.violations == 0,
+            format!("{} violations: {:?}", v.violations, v.examples),
+        ),
+    ];
+    Case::group(NAME, children)
+        .with_log(format!("spec {SPEC}"))
+        .with_log(line)
+}

@@ -1,0 +1,652 @@
+//! The breakpoint observer: evidence of which instruction ran that owes nothing to textpoke or
+//! its exerciser, from the CPU's debug unit (issue 16, seed 004).
+//!
+//! # What it watches
+//!
+//! Branch sites (static-key style: `NOP` off, a jump to the taken path on). Per site three
+//! hardware execute breakpoints on every CPU: the site itself (S, hit before the site's
+//! instruction runs), its taken path (T: the jump ran) and its fall-through instruction (F: the
+//! `NOP` ran). The scenarios have hundreds of sites and a CPU has four (x86) or six (QEMU's arm64
+//! `max`) breakpoint registers, so the observer sweeps its three breakpoints from site to site,
+//! moving each in place with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`.
+//!
+//! # Telling a trap apart
+//!
+//! A CPU that meets textpoke's guard traps and resumes where the site's new instruction would
+//! have taken it, so T or F fires as if the instruction had run. The observer tells the two
+//! apart with the text itself: a BPF program on every breakpoint (crate::bpf) reads the site's
+//! first bytes in the debug exception, on the CPU that hit it, and sends them with the hit.
+//!
+//! # The verdict of one execution
+//!
+//! An execution is an S hit at `t0` followed on the same CPU by a T or F hit of the same site at
+//! `t1` (no S hit when the sweep had not yet moved S there: then `t0` is unknown). Against the
+//! `PERF_RECORD_TEXT_POKE` records of that site alone, with the path before the first record
+//! taken from `/proc/kcore`:
+//!
+//! - the path it took was in effect at some moment of `[t0, t1]` (of `t1` alone if `t0` is
+//!   unknown): consistent, "old" or "new" by the last record before `t1`;
+//! - else, if the site's next record installs that path, the CPU ran the new instruction before
+//!   its record, which the guarded protocol allows only through the guard: the guard goes in
+//!   before the record (with a sync) and stays until after it, so it must still be at the site
+//!   at `t1`. Guard there: a trapped execution; otherwise a violation (what an unguarded
+//!   "nosync" write produces);
+//! - else it took the path the last record before `t1` replaced. If it started after that
+//!   record (`t0` known), a violation: no CPU may run the old instruction once its record is out
+//!   (and a trap must emulate the new one). Without `t0` it may have started before the record
+//!   and been interrupted on its way: counted as undecided.
+//!
+//! The checks against the records use only what perf delivered, the text, and the CPU.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::bpf::{self, Map, Prog, SiteWord};
+use crate::breakpoint::{Breakpoint, Scope};
+use crate::checks::Timeline;
+use crate::perf::{self, MappedRing, PerfEventAttr, TextPokeRec};
+
+/// A watched site: where it is, its two instructions, where each path goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watched {
+    /// The exerciser's index.
+    pub index: usize,
+    /// The site's address.
+    pub addr: u64,
+    /// The instruction of path 1 (`on`): a jump to `taken`.
+    pub on: Vec<u8>,
+    /// The instruction of path 0 (`off`): falls through to `fall`.
+    pub off: Vec<u8>,
+    /// The taken path's first instruction.
+    pub taken: u64,
+    /// The instruction after the site.
+    pub fall: u64,
+}
+
+/// The guard as the site's first four bytes read little-endian show it: x86 `INT3` in the low
+/// byte, arm64 `BRK #0x008` (kernel/textpoke.h) in all four.
+pub fn is_guard(word: u32) -> bool {
+    if cfg!(target_arch = "aarch64") {
+        word == 0xd420_0100
+    } else {
+        word & 0xff == 0xcc
+    }
+}
+
+/// One hit, as the observer's BPF program sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObsHit {
+    /// The perf clock's time.
+    pub time: u64,
+    /// The CPU that hit it.
+    pub cpu: u32,
+    /// What the program saw.
+    pub seen: SiteWord,
+}
+
+/// What the observer concluded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    /// Executions whose path was in effect, by "old" (before the site's first record in
+    /// effect) and "new".
+    pub old_ran: u64,
+    /// As above, the path a record installed.
+    pub new_ran: u64,
+    /// Executions that met the guard (new path before its record, guard at the site).
+    pub trapped: u64,
+    /// Executions that took the replaced path after its record without a known start.
+    pub undecided: u64,
+    /// Executions that contradict the records.
+    pub violations: u64,
+    /// Executions with a known start (an S hit before them).
+    pub with_start: u64,
+    /// Executions that found the guard at their site when they reached T or F, whatever their
+    /// verdict: most traps come after the record (the tails, the heads and two syncs follow
+    /// it), where they need no telling apart, and only those between the guard sync and the
+    /// record count as `trapped`.
+    pub met_guard: u64,
+    /// Hits that belong to no watched site, or whose site the program could not name.
+    pub stray: u64,
+    /// The first few violations, described.
+    pub examples: Vec<String>,
+}
+
+impl Verdicts {
+    /// Executions classified.
+    pub fn classified(&self) -> u64 {
+        self.old_ran + self.new_ran + self.trapped + self.undecided + self.violations
+    }
+}
+
+/// Judges `hits` (any order) against each watched site's `timelines` (by site index; a site
+/// without records keeps the path `initial` gives it).
+pub fn judge(
+    watched: &[Watched],
+    timelines: &HashMap<usize, Timeline>,
+    initial: &HashMap<usize, u8>,
+    hits: &[ObsHit],
+) -> Verdicts {
+    let by_addr: HashMap<u64, &Watched> = watched.iter().map(|w| (w.addr, w)).collect();
+    let mut per_cpu: BTreeMap<u32, Vec<&ObsHit>> = BTreeMap::new();
+    for h in hits {
+        per_cpu.entry(h.cpu).or_default().push(h);
+    }
+    let mut v = Verdicts::default();
+    let note = |v: &mut Verdicts, what: String| {
+        v.violations += 1;
+        if v.examples.len() < 8 {
+            v.examples.push(what);
+        }
+    };
+    for stream in per_cpu.values_mut() {
+        stream.sort_by_key(|h| h.time);
+        // The last S hit on this CPU not yet followed by an outcome: (site, time).
+        let mut start: Option<(u64, u64)> = None;
+        for h in stream.iter() {
+            let Some(w) = by_addr.get(&h.seen.site) else {
+                v.stray += 1;
+                start = None;
+                continue;
+            };
+            let path = if h.seen.bp_addr == w.addr {
+                start = Some((w.addr, h.time));
+                continue;
+            } else if h.seen.bp_addr == w.taken {
+                1
+            } else if h.seen.bp_addr == w.fall {
+                0
+            } else {
+                v.stray += 1;
+                start = None;
+                continue;
+            };
+            let t0 = start.take().filter(|s| s.0 == w.addr).map(|s| s.1);
+            let t1 = h.time;
+            let fallback = Timeline {
+                initial: initial.get(&w.index).copied().unwrap_or(0),
+                events: Vec::new(),
+            };
+            let tl = timelines.get(&w.index).unwrap_or(&fallback);
+            let j1 = tl.count_at(t1);
+            let j0 = t0.map_or(j1, |t0| tl.count_at(t0).min(j1));
+            if t0.is_some() {
+                v.with_start += 1;
+            }
+            if is_guard(h.seen.word) {
+                v.met_guard += 1;
+            }
+            if (j0..=j1).any(|j| tl.path(j) == path) {
+                if j1 > 0 && tl.path(j1) == path {
+                    v.new_ran += 1;
+                } else {
+                    v.old_ran += 1;
+                }
+            } else if tl.events.get(j1).is_some_and(|next| next.1 == path) {
+                if is_guard(h.seen.word) {
+                    v.trapped += 1;
+                } else {
+                    let next = tl.events.get(j1).map_or(0, |e| e.0);
+                    note(
+                        &mut v,
+                        format!(
+                            "site {:#x} cpu {}: path {path} at {t1}, {} ns before the record that installs it, and no guard at the site (its bytes {:08x})",
+                            w.addr, h.cpu, next.saturating_sub(t1), h.seen.word
+                        ),
+                    );
+                }
+            } else if let Some(t0) = t0 {
+                let last = j1
+                    .checked_sub(1)
+                    .and_then(|i| tl.events.get(i))
+                    .map_or(0, |e| e.0);
+                note(
+                    &mut v,
+                    format!(
+                        "site {:#x} cpu {}: path {path} during [{t0}, {t1}], which started {} ns after the record that replaced it",
+                        w.addr,
+                        h.cpu,
+                        t0.saturating_sub(last)
+                    ),
+                );
+            } else {
+                v.undecided += 1;
+            }
+        }
+    }
+    v
+}
+
+/// Seed 001's pair of records around an unguarded change, as textpoke's debug mode 4 emits
+/// them (kernel/plan.rs, `Protocol::BeforeAfter`): per site, the intervals from a BEFORE record
+/// (old and new bytes the same: "about to change") to the site's next record (AFTER).
+pub fn before_after_intervals(pokes: &[TextPokeRec]) -> HashMap<u64, Vec<(u64, u64)>> {
+    let mut by_site: HashMap<u64, Vec<&TextPokeRec>> = HashMap::new();
+    for p in pokes {
+        by_site.entry(p.addr).or_default().push(p);
+    }
+    let mut out: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    for (addr, mut recs) in by_site {
+        recs.sort_by_key(|p| p.time);
+        for pair in recs.windows(2) {
+            if let [before, after] = pair {
+                if before.old == before.new && after.old != after.new {
+                    out.entry(addr).or_default().push((before.time, after.time));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The executions (T and F hits) that ended inside a BEFORE/AFTER interval of their site: the
+/// records say only that the site was changing, so a decoder cannot tell which instruction
+/// ran. Returns how many took path 0 and path 1.
+pub fn inside_intervals(
+    watched: &[Watched],
+    intervals: &HashMap<u64, Vec<(u64, u64)>>,
+    hits: &[ObsHit],
+) -> [u64; 2] {
+    let mut out = [0; 2];
+    for h in hits {
+        let Some(w) = watched.iter().find(|w| w.addr == h.seen.site) else {
+            continue;
+        };
+        let path = if h.seen.bp_addr == w.taken {
+            1
+        } else if h.seen.bp_addr == w.fall {
+            0
+        } else {
+            continue;
+        };
+        let inside = intervals
+            .get(&w.addr)
+            .is_some_and(|iv| iv.iter().any(|&(b, a)| b < h.time && h.time < a));
+        if inside {
+            out[path] += 1;
+        }
+    }
+    out
+}
+
+/// `PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW`.
+const OUTPUT_SAMPLE_TYPE: u64 = (1 << 2) | (1 << 7) | (1 << 10);
+
+/// Decodes a copy of one output buffer's records into `hits`; returns (lost records,
+/// unparsable records).
+pub fn parse_output(bytes: &[u8], hits: &mut Vec<ObsHit>) -> (u64, u64) {
+    let (mut lost, mut bad) = (0, 0);
+    let mut at = 0;
+    let u32_at = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_ne_bytes)
+    };
+    while at + 8 <= bytes.len() {
+        let (Some(kind), Some(size)) = (u32_at(at), bytes.get(at + 6..at + 8)) else {
+            bad += 1;
+            break;
+        };
+        let size = usize::from(u16::from_ne_bytes([size[0], size[1]]));
+        if size < 8 || at + size > bytes.len() {
+            bad += 1;
+            break;
+        }
+        match kind {
+            crate::breakpoint::PERF_RECORD_SAMPLE => {
+                let hit = (|| {
+                    let raw_size = u32_at(at + 24)? as usize;
+                    let raw = bytes.get(at + 28..at + 28 + raw_size)?;
+                    Some(ObsHit {
+                        time: u64_at(at + 8)?,
+                        cpu: u32_at(at + 16)?,
+                        seen: SiteWord::parse(raw)?,
+                    })
+                })();
+                match hit {
+                    Some(h) => hits.push(h),
+                    None => bad += 1,
+                }
+            }
+            crate::breakpoint::PERF_RECORD_LOST => lost += 1,
+            _ => {}
+        }
+        at += size;
+    }
+    (lost, bad)
+}
+
+/// What a run of the observer collected.
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    /// Every hit.
+    pub hits: Vec<ObsHit>,
+    /// `PERF_RECORD_LOST` records in the output buffers: hits missing.
+    pub lost: u64,
+    /// Unparsable output records.
+    pub bad: u64,
+    /// Sweep steps taken.
+    pub steps: u64,
+    /// The first error of the sweep, if any (the sweep stops there).
+    pub error: Option<String>,
+}
+
+/// How the observer watches.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The sites, swept in turn.
+    pub sites: Vec<Watched>,
+    /// Whether to watch the sites themselves (S) besides their two paths.
+    pub watch_site: bool,
+    /// How long the breakpoints stay on one site.
+    pub dwell: Duration,
+}
+
+struct Cpu {
+    output: MappedRing,
+    _output_fd: std::os::fd::OwnedFd,
+    bps: Vec<Breakpoint>,
+}
+
+/// A running observer; [`Observer::stop`] ends it.
+pub struct Observer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Collected>>,
+}
+
+/// The sysctl that caps breakpoint samples per second and CPU: with one sample per hit the
+/// default (100000 per second, `HZ` ticks) would throttle the events.
+const MAX_SAMPLE_RATE: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
+
+impl Observer {
+    /// Sets the program, the maps and every CPU's events up on the first site, then sweeps.
+    pub fn start(config: Config) -> Result<Self, String> {
+        let first = config.sites.first().ok_or("no site to watch")?.clone();
+        let cpus = crate::sys::online_cpus().map_err(|e| format!("online CPUs: {e}"))?;
+        let _ = crate::sys::write_file(MAX_SAMPLE_RATE, b"10000000");
+        let sites = Map::create(
+            bpf::BPF_MAP_TYPE_HASH,
+            8,
+            8,
+            (3 * config.sites.len()).max(1) as u32,
+        )
+        .map_err(|e| format!("BPF hash map: {e}"))?;
+        for w in &config.sites {
+            for addr in [w.addr, w.taken, w.fall] {
+                sites
+                    .update(&addr.to_ne_bytes(), &w.addr.to_ne_bytes())
+                    .map_err(|e| format!("BPF map update: {e}"))?;
+            }
+        }
+        let slots = cpus.iter().max().map_or(1, |&c| c + 1);
+        let out = Map::create(bpf::BPF_MAP_TYPE_PERF_EVENT_ARRAY, 4, 4, slots)
+            .map_err(|e| format!("BPF perf event array: {e}"))?;
+        let prog = Prog::load_perf_event(&bpf::site_word_program(sites.raw_fd(), out.raw_fd()))?;
+        let mut per_cpu = Vec::new();
+        for &cpu in &cpus {
+            let attr = PerfEventAttr {
+                type_: perf::PERF_TYPE_SOFTWARE,
+                size: perf::PERF_ATTR_SIZE_VER8,
+                config: bpf::PERF_COUNT_SW_BPF_OUTPUT,
+                sample_period: 1,
+                sample_type: OUTPUT_SAMPLE_TYPE,
+                wakeup_events: 1,
+                ..PerfEventAttr::default()
+            };
+            let fd = perf::perf_event_open(&attr, -1, cpu as i32, -1, perf::PERF_FLAG_FD_CLOEXEC)
+                .map_err(|e| format!("BPF output event on cpu {cpu}: {e}"))?;
+            let output = MappedRing::map(&fd, 256).map_err(|e| format!("mmap: {e}"))?;
+            out.update(&cpu.to_ne_bytes(), &(fd.as_raw_fd() as u32).to_ne_bytes())
+                .map_err(|e| format!("BPF perf event array update: {e}"))?;
+            let mut bps = Vec::new();
+            let roles: Vec<u64> = if config.watch_site {
+                vec![first.addr, first.taken, first.fall]
+            } else {
+                vec![first.taken, first.fall]
+            };
+            for addr in roles {
+                let bp = Breakpoint::open(addr, Scope::KernelOnCpu(cpu), 1)
+                    .map_err(|e| format!("breakpoint at {addr:#x} on cpu {cpu}: {e}"))?;
+                prog.attach(&bp)
+                    .map_err(|e| format!("PERF_EVENT_IOC_SET_BPF: {e}"))?;
+                bps.push(bp);
+            }
+            per_cpu.push(Cpu {
+                output,
+                _output_fd: fd,
+                bps,
+            });
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // The maps and the program live as long as the events that use them.
+            let _keep = (sites, out, prog);
+            sweep(&config, &mut per_cpu, &flag)
+        });
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the sweep, closes every event and returns what it collected.
+    pub fn stop(mut self) -> Collected {
+        self.stop.store(true, Ordering::Release);
+        let collected = self
+            .thread
+            .take()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| Collected {
+                    error: Some("the sweep thread panicked".into()),
+                    ..Collected::default()
+                })
+            })
+            .unwrap_or_default();
+        let _ = crate::sys::write_file(MAX_SAMPLE_RATE, b"100000");
+        collected
+    }
+}
+
+fn drain(per_cpu: &mut [Cpu], scratch: &mut Vec<u8>, into: &mut Collected) {
+    for c in per_cpu.iter() {
+        scratch.clear();
+        if let Err(e) = c.output.ring().drain_into(scratch) {
+            into.error.get_or_insert(format!("output ring: {e}"));
+        }
+        let (lost, bad) = parse_output(scratch, &mut into.hits);
+        into.lost += lost;
+        into.bad += bad;
+    }
+}
+
+fn sweep(config: &Config, per_cpu: &mut [Cpu], stop: &AtomicBool) -> Collected {
+    let mut c = Collected::default();
+    let mut scratch = Vec::new();
+    let mut i = 0;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(config.dwell);
+        drain(per_cpu, &mut scratch, &mut c);
+        i = (i + 1) % config.sites.len();
+        let w = &config.sites[i];
+        // S first: an S hit never waits for an outcome the sweep moved away from.
+        let roles: Vec<u64> = if config.watch_site {
+            vec![w.addr, w.taken, w.fall]
+        } else {
+            vec![w.taken, w.fall]
+        };
+        for cpu in per_cpu.iter_mut() {
+            for (bp, &addr) in cpu.bps.iter_mut().zip(&roles) {
+                if let Err(e) = bp.retarget(addr) {
+                    c.error.get_or_insert(format!("retarget to {addr:#x}: {e}"));
+                    return c;
+                }
+            }
+        }
+        c.steps += 1;
+    }
+    drain(per_cpu, &mut scratch, &mut c);
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GUARD: u32 = if cfg!(target_arch = "aarch64") {
+        0xd420_0100
+    } else {
+        0xcc
+    };
+
+    fn site() -> Watched {
+        Watched {
+            index: 3,
+            addr: 0x100,
+            on: vec![1],
+            off: vec![0],
+            taken: 0x110,
+            fall: 0x104,
+        }
+    }
+
+    fn hit(time: u64, cpu: u32, bp_addr: u64, word: u32) -> ObsHit {
+        ObsHit {
+            time,
+            cpu,
+            seen: SiteWord {
+                bp_addr,
+                site: 0x100,
+                word,
+            },
+        }
+    }
+
+    /// Off until a record at 1000 switches the site on.
+    fn verdicts(hits: &[ObsHit]) -> Verdicts {
+        let tl = HashMap::from([(
+            3,
+            Timeline {
+                initial: 0,
+                events: vec![(1000, 1)],
+            },
+        )]);
+        judge(&[site()], &tl, &HashMap::new(), hits)
+    }
+
+    #[test]
+    fn consistent_executions() {
+        let v = verdicts(&[
+            hit(10, 0, 0x100, 0),
+            hit(20, 0, 0x104, 0),
+            hit(990, 1, 0x100, 0),
+            hit(1010, 1, 0x110, 1),
+            hit(2000, 0, 0x110, 1),
+        ]);
+        assert_eq!((v.old_ran, v.new_ran, v.violations), (1, 2, 0), "{v:?}");
+        assert_eq!(v.with_start, 2);
+    }
+
+    #[test]
+    fn new_before_its_record_is_a_trap_only_with_the_guard_there() {
+        let v = verdicts(&[hit(900, 0, 0x110, GUARD)]);
+        assert_eq!((v.trapped, v.violations, v.met_guard), (1, 0, 1));
+        // What an unguarded write does: the new instruction already in place.
+        let v = verdicts(&[hit(900, 0, 0x110, 1)]);
+        assert_eq!((v.trapped, v.violations), (0, 1));
+        assert!(v.examples[0].contains("100 ns before the record"), "{v:?}");
+    }
+
+    #[test]
+    fn old_after_its_record_needs_a_start_before_it() {
+        // Started before the record: the old instruction was still there.
+        let v = verdicts(&[hit(990, 0, 0x100, 0), hit(1100, 0, 0x104, GUARD)]);
+        assert_eq!((v.old_ran, v.violations), (1, 0));
+        // Started after it: a violation, trap or not (a trap must emulate the new one).
+        let v = verdicts(&[hit(1050, 0, 0x100, GUARD), hit(1100, 0, 0x104, GUARD)]);
+        assert_eq!(v.violations, 1);
+        // Start unknown: undecided.
+        let v = verdicts(&[hit(1100, 0, 0x104, 1)]);
+        assert_eq!((v.undecided, v.violations), (1, 0));
+    }
+
+    #[test]
+    fn starts_pair_per_cpu_and_per_site() {
+        // The S hit on cpu 1 does not start cpu 0's execution.
+        let v = verdicts(&[hit(1050, 1, 0x100, 1), hit(1100, 0, 0x104, 1)]);
+        assert_eq!((v.undecided, v.with_start), (1, 0));
+        // A hit of another site clears the start.
+        let mut other = hit(1060, 0, 0x900, 0);
+        other.seen.site = 0x900;
+        let v = verdicts(&[hit(1050, 0, 0x100, 1), other, hit(1100, 0, 0x104, 1)]);
+        assert_eq!((v.undecided, v.stray), (1, 1));
+    }
+
+    #[test]
+    fn a_site_without_records_keeps_its_initial_path() {
+        let initial = HashMap::from([(3, 1)]);
+        let v = judge(&[site()], &HashMap::new(), &initial, &[hit(5, 0, 0x110, 1)]);
+        assert_eq!((v.old_ran, v.violations), (1, 0));
+        let v = judge(&[site()], &HashMap::new(), &initial, &[hit(5, 0, 0x104, 0)]);
+        assert_eq!(
+            v.undecided, 1,
+            "the other path, no record: undecided without a start"
+        );
+    }
+
+    #[test]
+    fn before_after_intervals_and_the_hits_inside() {
+        let rec = |time, old: u8, new: u8| TextPokeRec {
+            addr: 0x100,
+            time,
+            old: vec![old],
+            new: vec![new],
+            ..TextPokeRec::default()
+        };
+        // BEFORE at 10, AFTER at 50; then a plain record at 70 (no interval).
+        let iv = before_after_intervals(&[rec(50, 0, 1), rec(10, 0, 0), rec(70, 1, 0)]);
+        assert_eq!(iv[&0x100], vec![(10, 50)]);
+        let hits = [
+            hit(20, 0, 0x104, 0),
+            hit(30, 1, 0x110, 0),
+            hit(60, 0, 0x110, 0),
+            hit(25, 0, 0x100, 0),
+        ];
+        assert_eq!(inside_intervals(&[site()], &iv, &hits), [1, 1]);
+    }
+
+    #[test]
+    fn output_records_decode() {
+        let mut rec = Vec::new();
+        rec.extend(9u32.to_ne_bytes());
+        rec.extend(0u16.to_ne_bytes());
+        rec.extend(56u16.to_ne_bytes());
+        rec.extend(77u64.to_ne_bytes());
+        rec.extend(2u32.to_ne_bytes());
+        rec.extend(0u32.to_ne_bytes());
+        rec.extend(28u32.to_ne_bytes());
+        rec.extend(0x110u64.to_ne_bytes());
+        rec.extend(0x100u64.to_ne_bytes());
+        rec.extend(0xccu64.to_ne_bytes());
+        rec.extend([0; 4]);
+        assert_eq!(rec.len(), 56);
+        let mut lost = 2u32.to_ne_bytes().to_vec();
+        lost.extend(0u16.to_ne_bytes());
+        lost.extend(24u16.to_ne_bytes());
+        lost.extend([0; 16]);
+        rec.extend(lost);
+        let mut hits = Vec::new();
+        assert_eq!(parse_output(&rec, &mut hits), (1, 0));
+        assert_eq!(hits, vec![hit(77, 2, 0x110, 0xcc)]);
+        assert_eq!(parse_output(&rec[..50], &mut Vec::new()), (0, 1));
+    }
+}
