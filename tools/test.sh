@@ -66,7 +66,7 @@ host_lane() {
 		cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
 	grep -E '^loom explored' "$out/loom.log" || true
 
-	step "host: mutants of the pending table must be caught"
+	step "host: mutants of the pending table and the x86 RET policy must be caught"
 	check mutants "the pending table's mutants" -- \
 		env CARGO_TARGET_DIR="$build/cargo-host" cargo run --quiet --release -p textpoke-mutants -- \
 		--target-dir "$build/cargo-mutants"

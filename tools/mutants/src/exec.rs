@@ -7,25 +7,29 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A kind of killing test: one test target of `textpoke-core`, built with its own flags into
-/// its own target directory (so each kind compiles its dependencies once).
+/// A kind of killing test: one test target of `textpoke-core`, built with its own flags. The
+/// kinds built with the same flags share a target directory (so dependencies compile once per
+/// set of flags).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Kind {
     /// `tests/pending_loom.rs` under `--cfg loom`.
     Loom,
     /// `tests/pending.rs`: unit tests and the multi-threaded stress test.
     Stress,
+    /// `tests/x86_insn.rs`: the x86-64 codec, emulation and listing policy.
+    X86Insn,
 }
 
 impl Kind {
-    /// Both kinds, in the order they run.
-    pub const ALL: [Kind; 2] = [Kind::Loom, Kind::Stress];
+    /// Every kind, in the order they run.
+    pub const ALL: [Kind; 3] = [Kind::Loom, Kind::Stress, Kind::X86Insn];
 
     /// The prefix of this kind's test names (`loom:...`).
     pub fn name(self) -> &'static str {
         match self {
             Kind::Loom => "loom",
             Kind::Stress => "stress",
+            Kind::X86Insn => "x86_insn",
         }
     }
 
@@ -34,11 +38,18 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// The test target of `textpoke-core` that holds this kind's tests.
     fn test_target(self) -> &'static str {
         match self {
             Kind::Loom => "pending_loom",
             Kind::Stress => "pending",
+            Kind::X86Insn => "x86_insn",
         }
+    }
+
+    /// Whether this kind builds under `--cfg loom`.
+    fn loom(self) -> bool {
+        matches!(self, Kind::Loom)
     }
 }
 
@@ -61,9 +72,11 @@ pub struct Built {
 }
 
 impl Builder {
-    /// The target directory of `kind`.
+    /// The target directory of `kind`: `loom` under `--cfg loom`, `host` without (shared by
+    /// every kind built without it).
     pub fn target_dir(&self, kind: Kind) -> PathBuf {
-        self.target_base.join(kind.name())
+        self.target_base
+            .join(if kind.loom() { "loom" } else { "host" })
     }
 
     /// Builds `kind`'s test binary; cargo's diagnostics go to `log`.
@@ -75,7 +88,7 @@ impl Builder {
             .args(["--test", kind.test_target(), "--no-run"])
             .arg("--message-format=json-render-diagnostics")
             .env("CARGO_TARGET_DIR", self.target_dir(kind))
-            // Each mutant changes one file: incremental compilation rebuilds it in seconds.
+            // Each mutant changes one file: incremental compilation rebuilds the core in seconds.
             .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "true")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .env_remove("CARGO_BUILD_RUSTFLAGS")
@@ -84,10 +97,11 @@ impl Builder {
         if self.offline {
             cmd.arg("--offline");
         }
-        match kind {
-            Kind::Loom => cmd.env("RUSTFLAGS", "--cfg loom"),
-            Kind::Stress => cmd.env_remove("RUSTFLAGS"),
-        };
+        if kind.loom() {
+            cmd.env("RUSTFLAGS", "--cfg loom");
+        } else {
+            cmd.env_remove("RUSTFLAGS");
+        }
         let mut child = cmd.spawn().map_err(|e| format!("run cargo: {e}"))?;
         let mut json = String::new();
         if let Some(mut out) = child.stdout.take() {

@@ -1,9 +1,13 @@
-//! `textpoke-mutants`: mutation testing of the pending-instruction table (`kernel/pending.rs`).
+//! `textpoke-mutants`: mutation testing of the kernel module's shared source: the
+//! pending-instruction table (`kernel/pending.rs`) and the x86-64 listing policy
+//! (`arch/x86/insn.rs`).
 //!
 //! Copies the workspace into a fresh directory, runs the killing tests on the unmutated copy
-//! (the baseline, which must pass), then applies each mutant of [`mutants::MUTANTS`] in turn
-//! and requires a test to fail: loom (`tools/core/tests/pending_loom.rs` under `--cfg loom`)
-//! or the unit and stress tests (`tools/core/tests/pending.rs`).
+//! (the baseline, which must pass), then applies each mutant of [`mutants::MUTANTS`] in turn to
+//! the file it names, requires a test to fail, and restores that file before the next mutant:
+//! the tests are loom (`tools/core/tests/pending_loom.rs` under `--cfg loom`), the unit and
+//! stress tests of the table (`tools/core/tests/pending.rs`) and the x86-64 codec's host tests
+//! (`tools/core/tests/x86_insn.rs`), named `loom:NAME`, `stress:NAME` and `x86_insn:NAME`.
 //!
 //! ```text
 //! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]
@@ -12,16 +16,16 @@
 //!
 //! - default (`make test`): every mutant against the cheap loom tests (all but
 //!   [`EXPENSIVE`]) plus the mutant's own listed killers, stopping at its first kill;
-//! - `--full`: every mutant against every test of both kinds, listing every killer.
+//! - `--full`: every mutant against every test of every kind, listing every killer.
 //!
 //! The copy is made afresh in `DIR/work` (`DIR` is `--target-dir`, by default
-//! `$TEXTPOKE_CACHE/cargo-mutants`); each kind of test builds into its own `DIR/loom` or
-//! `DIR/stress`, so dependencies compile once and a mutant rebuilds only the core
-//! (incrementally). Every build and test log stays in `DIR/logs`. Each test runs alone, limited
-//! to [`LIMIT_FACTOR`] times its baseline duration (at least [`MIN_LIMIT`]); a test that runs
-//! past its limit, or that loom stops as a livelock or deadlock, kills a mutant only if a hang is
-//! that mutant's expected failure mode ([`mutants::Mutant::hang_kills`]), and is otherwise
-//! inconclusive, which fails the run.
+//! `$TEXTPOKE_CACHE/cargo-mutants`); the loom tests build into `DIR/loom`, the others (built
+//! without `--cfg loom`) into `DIR/host`, so dependencies compile once and a mutant rebuilds
+//! only the core (incrementally). Every build and test log stays in `DIR/logs`. Each test runs
+//! alone, limited to [`LIMIT_FACTOR`] times its baseline duration (at least [`MIN_LIMIT`]); a
+//! test that runs past its limit, or that loom stops as a livelock or deadlock, kills a mutant
+//! only if a hang is that mutant's expected failure mode ([`mutants::Mutant::hang_kills`]), and
+//! is otherwise inconclusive, which fails the run.
 //!
 //! Prints one line per mutant and ends with `N mutants: K killed, S survived (allowed: A)`.
 //! Exits 1 if a mutant survives that is not an allowed survivor (or hangs a test when a hang is
@@ -39,9 +43,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use exec::{Builder, Kind, Outcome};
-use mutants::{Mutant, MUTANTS, TARGET};
+use mutants::{Mutant, MUTANTS};
 
-/// Tests too slow for the default mode unless a mutant lists them as its killer.
+/// Loom tests too slow for the default mode unless a mutant lists them as its killer.
 const EXPENSIVE: &[&str] = &[
     // 425713 interleavings, about a minute.
     "loom:slot_reuse_with_nested_readers_on_one_cpu",
@@ -117,6 +121,12 @@ fn split_test(test: &str) -> Result<(Kind, &str), String> {
     ))
 }
 
+/// Whether the reduced mode runs test `id` (`kind:name`) against every mutant: the loom tests
+/// but [`EXPENSIVE`]. Any other test runs only against the mutants that list it as a killer.
+fn runs_against_all(kind: Kind, id: &str) -> bool {
+    kind == Kind::Loom && !EXPENSIVE.contains(&id)
+}
+
 /// What the run does to each mutant.
 struct Plan<'a> {
     mutants: Vec<&'a Mutant>,
@@ -127,7 +137,8 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     /// The tests to run against `m`: grouped by kind (one build each), the kind of its first
-    /// listed killer first, and within a kind its listed killers first.
+    /// listed killer first, and within a kind its listed killers first; then, in the reduced
+    /// mode, only the tests run against every mutant, in the full mode all the run's tests.
     fn tests_for(&self, m: &Mutant) -> Vec<(Kind, String)> {
         let killers: Vec<(Kind, &str)> = m
             .killers
@@ -152,6 +163,7 @@ impl Plan<'_> {
                 .map(|(_, n)| *n)
                 .chain(
                     all.iter()
+                        .filter(|id| self.full || runs_against_all(kind, id))
                         .filter_map(|id| split_test(id).ok().map(|(_, n)| n)),
                 );
             for name in names {
@@ -175,11 +187,48 @@ enum Fate {
     Error(String),
 }
 
+/// A file of the copy that holds a mutant's text until [`Mutated::restore`] writes its original
+/// text back. Made before the mutant is written, so a failed or partial write is undone too; if
+/// it is dropped unrestored (a `?` or a panic unwinding through the run), `Drop` restores the
+/// file as a last resort.
+struct Mutated {
+    path: PathBuf,
+    original: String,
+    restored: bool,
+}
+
+impl Mutated {
+    fn new(path: PathBuf, original: String) -> Self {
+        Mutated {
+            path,
+            original,
+            restored: false,
+        }
+    }
+
+    /// Writes the original text back.
+    fn restore(mut self) -> Result<(), String> {
+        let written = fs::write(&self.path, &self.original);
+        self.restored = written.is_ok();
+        written.map_err(|e| format!("restore {}: {e}", self.path.display()))
+    }
+}
+
+impl Drop for Mutated {
+    fn drop(&mut self) {
+        if !self.restored {
+            let _ = fs::write(&self.path, &self.original);
+        }
+    }
+}
+
 struct Run {
     builder: Builder,
     logs: PathBuf,
-    target: PathBuf,
-    original: String,
+    /// The copy of the workspace.
+    work: PathBuf,
+    /// The original text of each file a selected mutant edits (relative path, text).
+    originals: BTreeMap<&'static str, String>,
     limits: BTreeMap<String, Duration>,
 }
 
@@ -205,14 +254,33 @@ impl Run {
         exec::run_test(exe, name, limit, &log)
     }
 
-    fn mutant(&mut self, plan: &Plan, m: &Mutant) -> Fate {
-        let text = match mutants::apply(m, &self.original) {
-            Ok(t) => t,
-            Err(e) => return Fate::Error(e),
+    /// Applies `m` to its file, runs its tests and restores the file, whatever the fate. An
+    /// error only if the file could not be restored: every later mutant would be built on top
+    /// of this one.
+    fn mutant(&mut self, plan: &Plan, m: &Mutant) -> Result<Fate, String> {
+        let Some(original) = self.originals.get(m.file) else {
+            return Ok(Fate::Error(format!(
+                "{} was not read before the run",
+                m.file
+            )));
         };
-        if let Err(e) = fs::write(&self.target, text) {
-            return Fate::Error(format!("write {}: {e}", self.target.display()));
-        }
+        let text = match mutants::apply(m, original) {
+            Ok(t) => t,
+            Err(e) => return Ok(Fate::Error(e)),
+        };
+        let mutated = Mutated::new(self.work.join(m.file), original.clone());
+        let fate = match fs::write(&mutated.path, text) {
+            Ok(()) => self.test_mutant(plan, m),
+            Err(e) => Fate::Error(format!("write {}: {e}", mutated.path.display())),
+        };
+        mutated
+            .restore()
+            .map_err(|e| format!("after mutant {}: {e}", m.name))?;
+        Ok(fate)
+    }
+
+    /// Runs the tests of `plan` against `m`, already written to its file.
+    fn test_mutant(&mut self, plan: &Plan, m: &Mutant) -> Fate {
         let mut killed = Vec::new();
         let mut hung = None;
         let mut built: Option<Kind> = None;
@@ -278,7 +346,7 @@ fn real_main() -> Result<ExitCode, String> {
                 Some(_) => "allowed to survive".to_owned(),
                 None => format!("killers: {}", m.killers.join(", ")),
             };
-            println!("{:<26} {:<62} {fate}", m.name, m.what);
+            println!("{:<26} {:<18} {:<62} {fate}", m.name, m.file, m.what);
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -312,19 +380,27 @@ fn real_main() -> Result<ExitCode, String> {
     }
     fs::create_dir_all(&logs).map_err(|e| format!("create {}: {e}", logs.display()))?;
     let copied = workspace::copy(&o.root, &work)?;
-    if !copied.contains(Path::new(TARGET)) {
-        return Err(format!("the copy of the workspace has no {TARGET}"));
+    let files = mutants::files(selected.iter().copied());
+    let mut originals = BTreeMap::new();
+    for file in &files {
+        if !copied.contains(Path::new(file)) {
+            return Err(format!("the copy of the workspace has no {file}"));
+        }
+        let text = fs::read_to_string(work.join(file)).map_err(|e| format!("read {file}: {e}"))?;
+        originals.insert(*file, text);
     }
-    let target = work.join(TARGET);
-    let original = fs::read_to_string(&target).map_err(|e| format!("read {TARGET}: {e}"))?;
     // Every selected mutant must apply before anything is built.
     for m in &selected {
-        mutants::apply(m, &original)?;
+        let original = originals
+            .get(m.file)
+            .ok_or(format!("mutant {}: {} was not read", m.name, m.file))?;
+        mutants::apply(m, original)?;
     }
     println!(
-        "textpoke-mutants: {} mode, {} mutants of {TARGET}; copy in {}, builds in {}",
+        "textpoke-mutants: {} mode, {} mutants of {}; copy in {}, builds in {}",
         if o.full { "full" } else { "reduced" },
         selected.len(),
+        files.join(", "),
         work.display(),
         o.target_base.display()
     );
@@ -336,8 +412,8 @@ fn real_main() -> Result<ExitCode, String> {
             offline: o.offline,
         },
         logs: logs.clone(),
-        target,
-        original,
+        work: work.clone(),
+        originals,
         limits: BTreeMap::new(),
     };
 
@@ -383,7 +459,7 @@ fn real_main() -> Result<ExitCode, String> {
             .into_iter()
             .filter(|id| {
                 o.full
-                    || (kind == Kind::Loom && !EXPENSIVE.contains(&id.as_str()))
+                    || runs_against_all(kind, id)
                     || plan
                         .mutants
                         .iter()
@@ -427,7 +503,7 @@ fn real_main() -> Result<ExitCode, String> {
     let mut notes = Vec::new();
     for m in plan.mutants.clone() {
         let t = Instant::now();
-        let fate = run.mutant(&plan, m);
+        let fate = run.mutant(&plan, m)?;
         let took = t.elapsed().as_secs_f64();
         let line = match &fate {
             Fate::Killed(by) => {
@@ -466,7 +542,15 @@ fn real_main() -> Result<ExitCode, String> {
         };
         println!("{:<26} {:<62} {took:>6.1}s  {line}", m.name, m.what);
     }
-    fs::write(&run.target, &run.original).map_err(|e| format!("restore {TARGET}: {e}"))?;
+    // Each mutant restored its file: check that the copy ends as it began.
+    for (file, original) in &run.originals {
+        let now = fs::read_to_string(work.join(file)).map_err(|e| format!("read {file}: {e}"))?;
+        if now != *original {
+            return Err(format!(
+                "{file} of the copy was not restored to its original text"
+            ));
+        }
+    }
 
     for m in &plan.mutants {
         if let Some(why) = m.allowed {
@@ -493,4 +577,98 @@ fn real_main() -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "textpoke-mutants-test-{}-{name}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_mutated_file_is_restored_by_restore_or_on_drop() {
+        let dir = scratch("restore");
+        let path = dir.join("f.rs");
+        fs::write(&path, "original").unwrap();
+
+        let mutated = Mutated::new(path.clone(), "original".into());
+        fs::write(&path, "mutant").unwrap();
+        mutated.restore().unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "original");
+
+        // A panic while the mutant is in place (the test runner catches it).
+        let p = path.clone();
+        let unwound = std::panic::catch_unwind(move || {
+            let _mutated = Mutated::new(p.clone(), "original".into());
+            fs::write(&p, "mutant").unwrap();
+            panic!("during the mutant");
+        });
+        assert!(unwound.is_err());
+        assert_eq!(fs::read_to_string(&path).unwrap(), "original");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_killer_names_a_known_kind() {
+        for m in MUTANTS {
+            for k in m.killers {
+                let (kind, name) = split_test(k).unwrap_or_else(|e| panic!("{}: {e}", m.name));
+                assert_eq!(format!("{}:{name}", kind.name()), *k);
+            }
+        }
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+    }
+
+    #[test]
+    fn reduced_mode_runs_other_mutants_killers_only_against_them() {
+        let pending = MUTANTS.iter().find(|m| m.file == mutants::PENDING).unwrap();
+        let insn = MUTANTS
+            .iter()
+            .find(|m| m.file == mutants::X86_INSN)
+            .unwrap();
+        let mut tests = BTreeMap::new();
+        tests.insert(
+            Kind::Loom,
+            vec![
+                "loom:lookup_never_reads_retired_storage".to_owned(),
+                EXPENSIVE[0].to_owned(),
+            ],
+        );
+        tests.insert(
+            Kind::X86Insn,
+            vec!["x86_insn:return_thunks_take_ret_off_the_list".to_owned()],
+        );
+        let mut plan = Plan {
+            mutants: vec![pending, insn],
+            tests,
+            full: false,
+        };
+        let ids = |plan: &Plan, m: &Mutant| -> Vec<String> {
+            plan.tests_for(m)
+                .into_iter()
+                .map(|(k, n)| format!("{}:{n}", k.name()))
+                .collect()
+        };
+        assert_eq!(
+            ids(&plan, insn),
+            [
+                "x86_insn:return_thunks_take_ret_off_the_list",
+                "loom:lookup_never_reads_retired_storage"
+            ]
+        );
+        assert!(!ids(&plan, pending)
+            .iter()
+            .any(|t| t.starts_with("x86_insn:")));
+        plan.full = true;
+        assert_eq!(ids(&plan, pending).len(), 3);
+    }
 }

@@ -1,23 +1,29 @@
-//! The mutants of `kernel/pending.rs`, and how one is applied to its text.
+//! The mutants, each a weakening of one file of the kernel module's shared source, and how one
+//! is applied to that file's text.
 //!
-//! Each mutant is a list of exact text replacements in the current source. A replacement whose
-//! text does not occur exactly once (at the moment it is applied) is an error naming the mutant:
-//! a later edit of `pending.rs` must update the table, never silently turn a mutant into a no-op.
+//! Each mutant names the file it edits ([`Mutant::file`], relative to the repository root) and
+//! lists exact text replacements in its current source. A replacement whose text does not occur
+//! exactly once (at the moment it is applied) is an error naming the mutant and its file: a later
+//! edit of that file must update the table, never silently turn a mutant into a no-op.
 
-/// The file every mutant edits, relative to the repository root.
-pub const TARGET: &str = "kernel/pending.rs";
+/// The pending-instruction table, the file of most mutants.
+pub const PENDING: &str = "kernel/pending.rs";
+/// The x86-64 instruction codec and its listing policy.
+pub const X86_INSN: &str = "arch/x86/insn.rs";
 
-/// One deliberate weakening of the protocol.
+/// One deliberate weakening of the source.
 pub struct Mutant {
     /// Short name, unique, as printed and as given to `--only`.
     pub name: &'static str,
+    /// The file it edits, relative to the repository root.
+    pub file: &'static str,
     /// What it changes, in a few words.
     pub what: &'static str,
-    /// Replacements `(find, replace)`, applied in order; each `find` must occur exactly once in
-    /// the text as it is when that replacement is applied.
+    /// Replacements `(find, replace)` in [`Mutant::file`], applied in order; each `find` must
+    /// occur exactly once in the text as it is when that replacement is applied.
     pub edits: &'static [(&'static str, &'static str)],
-    /// Tests expected to kill it (`kind:test`), tried first; the reduced mode stops at the
-    /// first kill.
+    /// Tests expected to kill it (`kind:test`, the kinds of `exec::Kind`), tried first; the
+    /// reduced mode stops at the first kill.
     pub killers: &'static [&'static str],
     /// Whether a test that hangs (times out, or loom reports a livelock or deadlock) is the
     /// expected failure mode, and so counts as a kill. Otherwise a hang is inconclusive and
@@ -27,7 +33,7 @@ pub struct Mutant {
     pub allowed: Option<&'static str>,
 }
 
-// The snippets below are copied from `kernel/pending.rs`, indentation included.
+// The snippets of `kernel/pending.rs` below are copied from it, indentation included.
 
 const LOOKUP_FENCE: &str = "            count.fetch_add(1, Ordering::Relaxed);
             // Pairs with the fence in `retire` (see the ordering argument in the module doc).
@@ -85,10 +91,15 @@ const RETIRE_FENCE_THEN_FREE: &str = "        slot.state.store(RETIRING, Orderin
         slot.state.store(FREE, Ordering::Release);
 ";
 
+// The snippet of `arch/x86/insn.rs`: the body of `Kind::listed_with`, the return-thunk policy.
+// Without it a bare `RET` would be written on a kernel built with `CONFIG_MITIGATION_RETHUNK`.
+const LISTED_WITH: &str = "!(return_thunks && matches!(self, Kind::Ret))";
+
 /// Every mutant, in the order they run.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "fence-lookup",
+        file: PENDING,
         what: "lookup: no SeqCst fence after the reader increment",
         edits: &[(LOOKUP_FENCE, LOOKUP_INC)],
         killers: &["loom:lookup_never_reads_retired_storage"],
@@ -97,6 +108,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "fence-publish",
+        file: PENDING,
         what: "publish: no SeqCst fence after storing CHECKING",
         edits: &[(PUBLISH_FENCE, STORE_CHECKING)],
         killers: &["loom:overlapping_publishers_exclude_each_other"],
@@ -105,6 +117,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "fence-conflicts",
+        file: PENDING,
         what: "conflicts: no SeqCst fence after the checker increment",
         edits: &[(
             CONFLICTS_FENCE,
@@ -116,6 +129,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "fence-retire",
+        file: PENDING,
         what: "retire: no SeqCst fence after storing RETIRING",
         edits: &[(
             RETIRE_FENCE,
@@ -127,6 +141,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "lookup-no-count",
+        file: PENDING,
         what: "lookup: no reader increment/decrement around the search",
         edits: &[(LOOKUP_INC, ""), (LOOKUP_DEC, "")],
         killers: &["loom:lookup_never_reads_retired_storage"],
@@ -135,6 +150,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "lookup-no-recheck",
+        file: PENDING,
         what: "lookup: reads the entries without loading the state again",
         edits: &[(LOOKUP_RECHECK, "let found = if true {")],
         killers: &["loom:lookup_never_reads_retired_storage"],
@@ -143,6 +159,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "lookup-relaxed-loads",
+        file: PENDING,
         what: "lookup: both state loads Acquire -> Relaxed",
         edits: &[
             (
@@ -160,6 +177,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "lookup-relaxed-recheck",
+        file: PENDING,
         what: "lookup: the second state load Acquire -> Relaxed",
         edits: &[(
             LOOKUP_RECHECK,
@@ -171,6 +189,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "lookup-relaxed-first-load",
+        file: PENDING,
         what: "lookup: the first state load Acquire -> Relaxed",
         edits: &[(
             LOOKUP_FIRST_LOAD,
@@ -189,6 +208,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "publish-live-relaxed",
+        file: PENDING,
         what: "publish: the LIVE store Release -> Relaxed",
         edits: &[(STORE_LIVE, "slot.state.store(LIVE, Ordering::Relaxed);")],
         killers: &[],
@@ -202,6 +222,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "publish-checking-early",
+        file: PENDING,
         what: "publish: CHECKING stored before entries/len/range",
         edits: &[
             (STORE_CHECKING, ""),
@@ -226,6 +247,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "publish-live-early",
+        file: PENDING,
         what: "publish: LIVE stored before entries/len/range (no CHECKING)",
         edits: &[
             (STORE_CHECKING, ""),
@@ -242,6 +264,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "retire-no-reader-wait",
+        file: PENDING,
         what: "retire: does not wait for the per-CPU reader counts",
         edits: &[(READER_WAIT, "")],
         killers: &["loom:lookup_never_reads_retired_storage"],
@@ -250,6 +273,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "retire-no-checker-wait",
+        file: PENDING,
         what: "retire: does not wait for the checkers count",
         edits: &[(CHECKER_WAIT, "")],
         killers: &["loom:checker_never_reads_retired_storage"],
@@ -258,6 +282,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "retire-free-before-wait",
+        file: PENDING,
         what: "retire: clears the slot and stores FREE before the waits",
         edits: &[(CLEAR_AND_FREE, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_FREE)],
         killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
@@ -266,6 +291,7 @@ pub const MUTANTS: &[Mutant] = &[
     },
     Mutant {
         name: "retire-clear-before-wait",
+        file: PENDING,
         what: "retire: clears entries/len before the waits (FREE after)",
         edits: &[(CLEAR, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_CLEAR)],
         killers: &[],
@@ -278,17 +304,27 @@ pub const MUTANTS: &[Mutant] = &[
              batch only after its last all-CPU sync)",
         ),
     },
+    Mutant {
+        name: "x86-ret-with-thunks",
+        file: X86_INSN,
+        what: "x86 listed_with: RET listed even with return thunks",
+        edits: &[(LISTED_WITH, "true")],
+        killers: &["x86_insn:return_thunks_take_ret_off_the_list"],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
-/// Applies `mutant` to `source` (the text of [`TARGET`]).
+/// Applies `mutant` to `source`, the text of its [`Mutant::file`].
 pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    let file = mutant.file;
     let mut text = source.to_owned();
     for (i, (find, replace)) in mutant.edits.iter().enumerate() {
         let count = text.matches(find).count();
         if count != 1 {
             return Err(format!(
-                "mutant {}: replacement {} of {} expects its text exactly once in {TARGET}, \
-                 found it {count} times (was {TARGET} edited? update \
+                "mutant {} of {file}: replacement {} of {} expects its text exactly once in \
+                 {file}, found it {count} times (was {file} edited? update \
                  tools/mutants/src/mutants.rs):\n{find}",
                 mutant.name,
                 i + 1,
@@ -298,9 +334,20 @@ pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
         text = text.replacen(find, replace, 1);
     }
     if text == source {
-        return Err(format!("mutant {}: changes nothing", mutant.name));
+        return Err(format!("mutant {} of {file}: changes nothing", mutant.name));
     }
     Ok(text)
+}
+
+/// The files the mutants `mutants` edit, each once, in order of first use.
+pub fn files<'a>(mutants: impl IntoIterator<Item = &'a Mutant>) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for m in mutants {
+        if !out.contains(&m.file) {
+            out.push(m.file);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -308,50 +355,87 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    fn source() -> String {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernel/pending.rs");
-        std::fs::read_to_string(path).expect("read kernel/pending.rs")
+    /// The current text of `file` (relative to the repository root) in this tree.
+    fn source(file: &str) -> String {
+        let path = format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {file}: {e}"))
     }
 
-    /// Every mutant applies to the current `pending.rs`: run by `cargo test --workspace`, so a
-    /// change to the table's source breaks the build before it can weaken the mutation run.
+    /// Every mutant applies to the current source of its file: run by `cargo test --workspace`,
+    /// so a change to a mutated file breaks the build before it can weaken the mutation run.
     #[test]
     fn every_mutant_applies_to_the_current_source() {
-        let source = source();
         for m in MUTANTS {
-            if let Err(e) = apply(m, &source) {
+            if let Err(e) = apply(m, &source(m.file)) {
                 panic!("{e}");
+            }
+        }
+    }
+
+    /// Every replacement's text occurs exactly once in its mutant's file as it is in this tree
+    /// (not only after the mutant's earlier replacements): no snippet is ambiguous or stale.
+    #[test]
+    fn every_find_text_occurs_exactly_once_in_its_file() {
+        for m in MUTANTS {
+            let source = source(m.file);
+            for (i, (find, _)) in m.edits.iter().enumerate() {
+                let count = source.matches(find).count();
+                assert_eq!(
+                    count,
+                    1,
+                    "mutant {}: the text of replacement {} occurs {count} times in {}:\n{find}",
+                    m.name,
+                    i + 1,
+                    m.file
+                );
             }
         }
     }
 
     #[test]
     fn names_are_unique_and_mutants_distinct() {
-        let source = source();
         let mut names = HashSet::new();
         let mut texts = HashSet::new();
         for m in MUTANTS {
             assert!(names.insert(m.name), "duplicate mutant name {}", m.name);
-            let text = apply(m, &source).unwrap_or_else(|e| panic!("{e}"));
-            assert!(texts.insert(text), "mutant {} duplicates another", m.name);
+            let text = apply(m, &source(m.file)).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                texts.insert((m.file, text)),
+                "mutant {} duplicates another",
+                m.name
+            );
             assert!(
                 m.killers.is_empty() || m.allowed.is_none(),
                 "{}: an allowed survivor names no killer",
+                m.name
+            );
+            assert!(
+                !m.killers.is_empty() || m.allowed.is_some(),
+                "{}: a mutant names a killer or why it may survive",
                 m.name
             );
         }
     }
 
     #[test]
-    fn a_missing_or_repeated_snippet_is_an_error_naming_the_mutant() {
-        let m = &MUTANTS[0];
-        let err = apply(m, "no such text").unwrap_err();
-        assert!(
-            err.contains(m.name) && err.contains("found it 0 times"),
-            "{err}"
-        );
-        let twice = format!("{}{}", m.edits[0].0, m.edits[0].0);
-        let err = apply(m, &twice).unwrap_err();
-        assert!(err.contains("found it 2 times"), "{err}");
+    fn a_missing_or_repeated_snippet_is_an_error_naming_the_mutant_and_its_file() {
+        for m in [&MUTANTS[0], MUTANTS.last().unwrap()] {
+            let err = apply(m, "no such text").unwrap_err();
+            assert!(
+                err.contains(m.name) && err.contains(m.file) && err.contains("found it 0 times"),
+                "{err}"
+            );
+            let twice = format!("{}{}", m.edits[0].0, m.edits[0].0);
+            let err = apply(m, &twice).unwrap_err();
+            assert!(
+                err.contains(m.name) && err.contains(m.file) && err.contains("found it 2 times"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_files_are_listed_once_each_in_order() {
+        assert_eq!(files(MUTANTS), [PENDING, X86_INSN]);
     }
 }
