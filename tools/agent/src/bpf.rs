@@ -41,6 +41,28 @@ pub const CTX_ADDR: i16 = if cfg!(target_arch = "aarch64") {
     21 * 8 + 8
 };
 
+/// Offsets in `bpf_user_pt_regs_t` of the registers that make an execution's fingerprint: the
+/// stack pointer and the callee-saved registers (x86-64 `struct pt_regs`: r15, r14, r13, r12,
+/// rbp, rbx, rsp; arm64 `struct user_pt_regs`: x19 to x29, sp).
+pub const FINGERPRINT_REGS: &[i16] = if cfg!(target_arch = "aarch64") {
+    &[
+        19 * 8,
+        20 * 8,
+        21 * 8,
+        22 * 8,
+        23 * 8,
+        24 * 8,
+        25 * 8,
+        26 * 8,
+        27 * 8,
+        28 * 8,
+        29 * 8,
+        31 * 8,
+    ]
+} else {
+    &[0, 8, 16, 24, 32, 40, 19 * 8]
+};
+
 /// One BPF instruction, as `struct bpf_insn` lays it out on a little-endian machine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -73,6 +95,10 @@ const fn mov_reg(dst: u8, src: u8) -> Insn {
 /// `dst = imm` (64-bit, sign-extended).
 const fn mov_imm(dst: u8, imm: i32) -> Insn {
     insn(0xb7, dst, 0, 0, imm)
+}
+/// `dst ^= src` (64-bit).
+const fn xor_reg(dst: u8, src: u8) -> Insn {
+    insn(0xaf, dst, src, 0, 0)
 }
 /// `dst += imm` (64-bit).
 const fn add_imm(dst: u8, imm: i32) -> Insn {
@@ -128,10 +154,13 @@ pub struct SiteWord {
     pub site: u64,
     /// The site's first four bytes at the hit, little-endian (0 if unread).
     pub word: u32,
+    /// The XOR of the interrupted stack pointer and callee-saved registers
+    /// ([`FINGERPRINT_REGS`]): the same execution hit twice has the same one.
+    pub fingerprint: u64,
 }
 
-/// The size of [`SiteWord`] on the wire: three u64 (the word's upper half is zero).
-pub const SITE_WORD_SIZE: usize = 24;
+/// The size of [`SiteWord`] on the wire: four u64 (the word's upper half is zero).
+pub const SITE_WORD_SIZE: usize = 32;
 
 impl SiteWord {
     /// Decodes the program's output.
@@ -141,6 +170,7 @@ impl SiteWord {
             bp_addr: u64_at(0)?,
             site: u64_at(8)?,
             word: u64_at(16)? as u32,
+            fingerprint: u64_at(24)?,
         })
     }
 }
@@ -148,17 +178,21 @@ impl SiteWord {
 /// The program, for the hash map `sites` (u64 watched address to u64 site) and the
 /// `PERF_EVENT_ARRAY` `out` (CPU to its `BPF_OUTPUT` event).
 ///
-/// Stack: `[r10 - 8]` the lookup key; `[r10 - 32, r10 - 8)` the [`SiteWord`] sent.
+/// Stack: `[r10 - 8]` the lookup key; `[r10 - 40, r10 - 8)` the [`SiteWord`] sent.
 pub fn site_word_program(sites_fd: i32, out_fd: i32) -> Vec<Insn> {
     let mut p = vec![
         mov_reg(6, 1),
         load64(1, 6, CTX_ADDR),
         store64(R10, -8, 1),
-        store64(R10, -32, 1),
+        store64(R10, -40, 1),
         mov_imm(7, 0),
+        store64(R10, -32, 7),
         store64(R10, -24, 7),
-        store64(R10, -16, 7),
     ];
+    for &off in FINGERPRINT_REGS {
+        p.extend([load64(2, 6, off), xor_reg(7, 2)]);
+    }
+    p.push(store64(R10, -16, 7));
     p.extend(ld_imm64(1, PSEUDO_MAP_FD, sites_fd as u32 as u64));
     p.extend([
         mov_reg(2, R10),
@@ -167,9 +201,9 @@ pub fn site_word_program(sites_fd: i32, out_fd: i32) -> Vec<Insn> {
         // No site for this address: send it with site 0.
         jeq_imm(0, 0, 6),
         load64(3, 0, 0),
-        store64(R10, -24, 3),
+        store64(R10, -32, 3),
         mov_reg(1, R10),
-        add_imm(1, -16),
+        add_imm(1, -24),
         mov_imm(2, 4),
         call(PROBE_READ_KERNEL),
         mov_reg(1, 6),
@@ -178,7 +212,7 @@ pub fn site_word_program(sites_fd: i32, out_fd: i32) -> Vec<Insn> {
     p.extend(ld_imm64(3, 0, F_CURRENT_CPU));
     p.extend([
         mov_reg(4, R10),
-        add_imm(4, -32),
+        add_imm(4, -40),
         mov_imm(5, SITE_WORD_SIZE as i32),
         call(PERF_EVENT_OUTPUT),
         mov_imm(0, 0),
@@ -340,7 +374,7 @@ mod tests {
         let target = j + 1 + p[j].off as usize;
         assert_eq!(p[target], mov_reg(1, 6), "the jump skips to `r1 = ctx`");
         assert_eq!(p.last(), Some(&exit()));
-        assert_eq!(p.len(), 30);
+        assert_eq!(p.len(), 31 + 2 * FINGERPRINT_REGS.len());
     }
 
     #[test]
@@ -348,15 +382,17 @@ mod tests {
         let mut raw = 0x1000u64.to_ne_bytes().to_vec();
         raw.extend(0x2000u64.to_ne_bytes());
         raw.extend(0xd420_0100u64.to_ne_bytes());
+        raw.extend(0x77u64.to_ne_bytes());
         raw.extend([0; 4]);
         assert_eq!(
             SiteWord::parse(&raw),
             Some(SiteWord {
                 bp_addr: 0x1000,
                 site: 0x2000,
-                word: 0xd420_0100
+                word: 0xd420_0100,
+                fingerprint: 0x77
             })
         );
-        assert_eq!(SiteWord::parse(&raw[..20]), None);
+        assert_eq!(SiteWord::parse(&raw[..28]), None);
     }
 }

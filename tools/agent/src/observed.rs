@@ -72,7 +72,7 @@ pub fn watched(sites: &[Site]) -> Result<Vec<Watched>, String> {
 
 /// Whether the observer also watches the sites themselves (to know when an execution started).
 fn watch_site() -> bool {
-    true
+    !cfg!(target_arch = "aarch64")
 }
 
 /// Runs `spec` (one key of branch sites) with the observer and judges what the observer saw.
@@ -133,7 +133,7 @@ fn judge(
 /// One line of what the observer saw.
 pub fn summary(c: &Collected, v: &Verdicts) -> String {
     format!(
-        "{} hits in {} sweep steps: {} executions classified ({} with a start, {} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, lost {}, unparsable {}",
+        "{} hits in {} sweep steps: {} executions classified ({} with a start, {} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
         c.hits.len(),
         c.steps,
         v.classified(),
@@ -145,6 +145,7 @@ pub fn summary(c: &Collected, v: &Verdicts) -> String {
         v.undecided,
         v.violations,
         v.stray,
+        v.retriggered,
         c.lost,
         c.bad
     )

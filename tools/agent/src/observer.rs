@@ -111,6 +111,11 @@ pub struct Verdicts {
     pub met_guard: u64,
     /// Hits that belong to no watched site, or whose site the program could not name.
     pub stray: u64,
+    /// Hits dropped as the same execution hit again: same CPU, same breakpoint and the same
+    /// register fingerprint as the hit before. On arm64 the kernel steps over a breakpoint
+    /// with single-step, and an interrupt taken before the stepped instruction runs (a sync's
+    /// IPI, for one) makes the breakpoint fire again when it returns.
+    pub retriggered: u64,
     /// The first few violations, described.
     pub examples: Vec<String>,
 }
@@ -146,7 +151,16 @@ pub fn judge(
         stream.sort_by_key(|h| h.time);
         // The last S hit on this CPU not yet followed by an outcome: (site, time).
         let mut start: Option<(u64, u64)> = None;
+        let mut previous: Option<&ObsHit> = None;
         for h in stream.iter() {
+            let again = previous.is_some_and(|p| {
+                p.seen.bp_addr == h.seen.bp_addr && p.seen.fingerprint == h.seen.fingerprint
+            });
+            previous = Some(h);
+            if again {
+                v.retriggered += 1;
+                continue;
+            }
             let Some(w) = by_addr.get(&h.seen.site) else {
                 v.stray += 1;
                 start = None;
@@ -271,6 +285,12 @@ pub fn inside_intervals(
     }
     out
 }
+
+/// Data pages of each CPU's output buffer (1 MiB with 4 KiB pages: some 16000 hits between
+/// two drains).
+const OUTPUT_PAGES: usize = 256;
+/// The attr flag `watermark`: wake up after `wakeup_watermark` bytes, not events.
+const WATERMARK: u64 = 1 << 14;
 
 /// `PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW`.
 const OUTPUT_SAMPLE_TYPE: u64 = (1 << 2) | (1 << 7) | (1 << 10);
@@ -399,12 +419,16 @@ impl Observer {
                 config: bpf::PERF_COUNT_SW_BPF_OUTPUT,
                 sample_period: 1,
                 sample_type: OUTPUT_SAMPLE_TYPE,
-                wakeup_events: 1,
+                // No wakeups: the sweep polls. A wakeup is an irq_work, a self-interrupt,
+                // which on arm64 lands between the breakpoint and the instruction the kernel
+                // single-steps over it, so the breakpoint fires again, forever.
+                flags: WATERMARK,
+                wakeup_events: (OUTPUT_PAGES * 4096) as u32,
                 ..PerfEventAttr::default()
             };
             let fd = perf::perf_event_open(&attr, -1, cpu as i32, -1, perf::PERF_FLAG_FD_CLOEXEC)
                 .map_err(|e| format!("BPF output event on cpu {cpu}: {e}"))?;
-            let output = MappedRing::map(&fd, 256).map_err(|e| format!("mmap: {e}"))?;
+            let output = MappedRing::map(&fd, OUTPUT_PAGES).map_err(|e| format!("mmap: {e}"))?;
             out.update(&cpu.to_ne_bytes(), &(fd.as_raw_fd() as u32).to_ne_bytes())
                 .map_err(|e| format!("BPF perf event array update: {e}"))?;
             let mut bps = Vec::new();
@@ -527,6 +551,8 @@ mod tests {
                 bp_addr,
                 site: 0x100,
                 word,
+                // Each execution its own registers.
+                fingerprint: time,
             },
         }
     }
@@ -592,6 +618,21 @@ mod tests {
     }
 
     #[test]
+    fn the_same_execution_hit_again_counts_once() {
+        // Stuck at F across the record (an interrupt before the stepped instruction): the
+        // second hit would be the old path after its record.
+        let mut again = hit(1100, 0, 0x104, 1);
+        again.seen.fingerprint = 990;
+        let v = verdicts(&[hit(990, 0, 0x104, 0), again]);
+        assert_eq!((v.old_ran, v.retriggered, v.undecided), (1, 1, 0), "{v:?}");
+        // The same registers on another CPU, or at another breakpoint, are another execution.
+        let mut other_cpu = again;
+        other_cpu.cpu = 1;
+        let v = verdicts(&[hit(990, 0, 0x104, 0), other_cpu]);
+        assert_eq!((v.retriggered, v.undecided), (0, 1));
+    }
+
+    #[test]
     fn a_site_without_records_keeps_its_initial_path() {
         let initial = HashMap::from([(3, 1)]);
         let v = judge(&[site()], &HashMap::new(), &initial, &[hit(5, 0, 0x110, 1)]);
@@ -629,16 +670,17 @@ mod tests {
         let mut rec = Vec::new();
         rec.extend(9u32.to_ne_bytes());
         rec.extend(0u16.to_ne_bytes());
-        rec.extend(56u16.to_ne_bytes());
+        rec.extend(64u16.to_ne_bytes());
         rec.extend(77u64.to_ne_bytes());
         rec.extend(2u32.to_ne_bytes());
         rec.extend(0u32.to_ne_bytes());
-        rec.extend(28u32.to_ne_bytes());
+        rec.extend(36u32.to_ne_bytes());
         rec.extend(0x110u64.to_ne_bytes());
         rec.extend(0x100u64.to_ne_bytes());
         rec.extend(0xccu64.to_ne_bytes());
+        rec.extend(77u64.to_ne_bytes());
         rec.extend([0; 4]);
-        assert_eq!(rec.len(), 56);
+        assert_eq!(rec.len(), 64);
         let mut lost = 2u32.to_ne_bytes().to_vec();
         lost.extend(0u16.to_ne_bytes());
         lost.extend(24u16.to_ne_bytes());
@@ -647,6 +689,6 @@ mod tests {
         let mut hits = Vec::new();
         assert_eq!(parse_output(&rec, &mut hits), (1, 0));
         assert_eq!(hits, vec![hit(77, 2, 0x110, 0xcc)]);
-        assert_eq!(parse_output(&rec[..50], &mut Vec::new()), (0, 1));
+        assert_eq!(parse_output(&rec[..60], &mut Vec::new()), (0, 1));
     }
 }
