@@ -15,7 +15,7 @@ use crate::scenario::{self, region, Evidence};
 
 /// The observed scenario: one key of eight branch sites, flipped often enough for the observer
 /// to sweep its breakpoints over every site many times.
-pub const SPEC: &str = "keys=1 sites=8 flips=101 pokers=1";
+pub const SPEC: &str = "keys=1 sites=8 flips=51 pokers=1";
 /// The same, shorter, for the negative controls, which need only some executions in the
 /// windows the defect opens (and each of whose runs under a broken protocol costs more).
 pub const CONTROL_SPEC: &str = "keys=1 sites=8 flips=21 pokers=1";

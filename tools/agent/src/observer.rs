@@ -39,6 +39,7 @@
 //! The checks against the records use only what perf delivered, the text, and the CPU.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -286,9 +287,9 @@ pub fn inside_intervals(
     out
 }
 
-/// Data pages of each CPU's output buffer (1 MiB with 4 KiB pages: some 16000 hits between
+/// Data pages of each CPU's output buffer (2 MiB with 4 KiB pages: some 32000 hits between
 /// two drains).
-const OUTPUT_PAGES: usize = 256;
+const OUTPUT_PAGES: usize = 512;
 /// The attr flag `watermark`: wake up after `wakeup_watermark` bytes, not events.
 const WATERMARK: u64 = 1 << 14;
 
@@ -493,8 +494,37 @@ fn drain(per_cpu: &mut [Cpu], scratch: &mut Vec<u8>, into: &mut Collected) {
     }
 }
 
+/// Makes the calling thread real-time (`SCHED_FIFO`): the executors are kernel threads of a
+/// `PREEMPT_NONE` kernel, slowed down by the hits they cause, and a normal thread waits behind
+/// them for so long that the output buffers fill up.
+fn realtime() -> Result<(), String> {
+    // SAFETY: `sched_param` is a plain C struct (musl's has more fields than glibc's), for
+    // which all-zero bytes are a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 10;
+    // SAFETY: `param` is a valid `struct sched_param` the kernel only reads; pid 0 is the
+    // calling thread. The system call, not musl's wrapper, which refuses (POSIX makes it
+    // per-process, Linux per-thread).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_FIFO,
+            &param as *const libc::sched_param,
+        )
+    };
+    if rc != 0 {
+        return Err(format!("sched_setscheduler: {}", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 fn sweep(config: &Config, per_cpu: &mut [Cpu], stop: &AtomicBool) -> Collected {
     let mut c = Collected::default();
+    if let Err(e) = realtime() {
+        c.error = Some(e);
+        return c;
+    }
     let mut scratch = Vec::new();
     let mut i = 0;
     while !stop.load(Ordering::Acquire) {
