@@ -71,6 +71,11 @@ pub fn watched(sites: &[Site]) -> Result<Vec<Watched>, String> {
 }
 
 /// Whether the observer also watches the sites themselves (to know when an execution started).
+///
+/// Not on arm64: the kernel steps over an EL1 breakpoint with single-step, and stepping over
+/// the guard's `BRK` loses the trapped executions' later hits (an arm64 -smp 2 boot with S:
+/// 5 of 8920 executions met the guard; without it, 3933 of 33505). There an old path after
+/// its record is undecided rather than judged.
 fn watch_site() -> bool {
     !cfg!(target_arch = "aarch64")
 }
