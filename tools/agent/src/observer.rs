@@ -514,7 +514,10 @@ fn realtime() -> Result<(), String> {
         )
     };
     if rc != 0 {
-        return Err(format!("sched_setscheduler: {}", io::Error::last_os_error()));
+        return Err(format!(
+            "sched_setscheduler: {}",
+            io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
