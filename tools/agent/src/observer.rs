@@ -128,13 +128,22 @@ impl Verdicts {
     }
 }
 
+/// Whether a breakpoint can fire twice for one execution, so that a CPU's hit with the same
+/// breakpoint and register fingerprint as its previous one must be dropped: on arm64, which
+/// steps over a kernel breakpoint with single-step (an interrupt taken before the stepped
+/// instruction runs makes it fire again). x86 resumes with `RF`, which suppresses that; there
+/// two executions in a row with the same registers are two executions.
+pub const HITS_REPEAT: bool = cfg!(target_arch = "aarch64");
+
 /// Judges `hits` (any order) against each watched site's `timelines` (by site index; a site
-/// without records keeps the path `initial` gives it).
+/// without records keeps the path `initial` gives it). With `repeat` ([`HITS_REPEAT`]), a hit
+/// like the CPU's previous one is the same execution, counted once.
 pub fn judge(
     watched: &[Watched],
     timelines: &HashMap<usize, Timeline>,
     initial: &HashMap<usize, u8>,
     hits: &[ObsHit],
+    repeat: bool,
 ) -> Verdicts {
     let by_addr: HashMap<u64, &Watched> = watched.iter().map(|w| (w.addr, w)).collect();
     let mut per_cpu: BTreeMap<u32, Vec<&ObsHit>> = BTreeMap::new();
@@ -154,9 +163,10 @@ pub fn judge(
         let mut start: Option<(u64, u64)> = None;
         let mut previous: Option<&ObsHit> = None;
         for h in stream.iter() {
-            let again = previous.is_some_and(|p| {
-                p.seen.bp_addr == h.seen.bp_addr && p.seen.fingerprint == h.seen.fingerprint
-            });
+            let again = repeat
+                && previous.is_some_and(|p| {
+                    p.seen.bp_addr == h.seen.bp_addr && p.seen.fingerprint == h.seen.fingerprint
+                });
             previous = Some(h);
             if again {
                 v.retriggered += 1;
@@ -599,7 +609,7 @@ mod tests {
                 events: vec![(1000, 1)],
             },
         )]);
-        judge(&[site()], &tl, &HashMap::new(), hits)
+        judge(&[site()], &tl, &HashMap::new(), hits, true)
     }
 
     #[test]
@@ -663,14 +673,44 @@ mod tests {
         other_cpu.cpu = 1;
         let v = verdicts(&[hit(990, 0, 0x104, 0), other_cpu]);
         assert_eq!((v.retriggered, v.undecided), (0, 1));
+        // Where a breakpoint cannot fire twice (x86), two hits are two executions.
+        let mut again = hit(1100, 0, 0x104, 1);
+        again.seen.fingerprint = 990;
+        let tl = HashMap::from([(
+            3,
+            Timeline {
+                initial: 0,
+                events: vec![(1000, 1)],
+            },
+        )]);
+        let v = judge(
+            &[site()],
+            &tl,
+            &HashMap::new(),
+            &[hit(990, 0, 0x104, 0), again],
+            false,
+        );
+        assert_eq!((v.retriggered, v.undecided), (0, 1));
     }
 
     #[test]
     fn a_site_without_records_keeps_its_initial_path() {
         let initial = HashMap::from([(3, 1)]);
-        let v = judge(&[site()], &HashMap::new(), &initial, &[hit(5, 0, 0x110, 1)]);
+        let v = judge(
+            &[site()],
+            &HashMap::new(),
+            &initial,
+            &[hit(5, 0, 0x110, 1)],
+            true,
+        );
         assert_eq!((v.old_ran, v.violations), (1, 0));
-        let v = judge(&[site()], &HashMap::new(), &initial, &[hit(5, 0, 0x104, 0)]);
+        let v = judge(
+            &[site()],
+            &HashMap::new(),
+            &initial,
+            &[hit(5, 0, 0x104, 0)],
+            true,
+        );
         assert_eq!(
             v.undecided, 1,
             "the other path, no record: undecided without a start"
