@@ -3,12 +3,14 @@
 //!
 //! # What it watches
 //!
-//! Branch sites (static-key style: `NOP` off, a jump to the taken path on). Per site three
-//! hardware execute breakpoints on every CPU: the site itself (S, hit before the site's
-//! instruction runs), its taken path (T: the jump ran) and its fall-through instruction (F: the
-//! `NOP` ran). The scenarios have hundreds of sites and a CPU has four (x86) or six (QEMU's arm64
-//! `max`) breakpoint registers, so the observer sweeps its three breakpoints from site to site,
-//! moving each in place with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`.
+//! Branch sites (static-key style: `NOP` off, a jump to the taken path on). Per site, on every
+//! CPU, hardware execute breakpoints on its taken path (T: the jump ran) and its fall-through
+//! instruction (F: the `NOP` ran), and optionally on the site itself (S, hit before the site's
+//! instruction runs: when the execution started). The scenarios have hundreds of sites and a
+//! CPU has four (x86) or six (QEMU's arm64 `max`) breakpoint registers, so the observer sweeps
+//! its breakpoints from site to site, moving each in place with
+//! `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`. (The agent does not watch S: see `watch_site` in
+//! observed.rs for what it costs.)
 //!
 //! # Telling a trap apart
 //!
@@ -19,10 +21,9 @@
 //!
 //! # The verdict of one execution
 //!
-//! An execution is an S hit at `t0` followed on the same CPU by a T or F hit of the same site at
-//! `t1` (no S hit when the sweep had not yet moved S there: then `t0` is unknown). Against the
-//! `PERF_RECORD_TEXT_POKE` records of that site alone, with the path before the first record
-//! taken from `/proc/kcore`:
+//! An execution is a T or F hit at `t1`, preceded on the same CPU by an S hit of the same site
+//! at `t0` if S is watched (else `t0` is unknown). Against the `PERF_RECORD_TEXT_POKE` records of
+//! that site alone, with the path before the first record taken from `/proc/kcore`:
 //!
 //! - the path it took was in effect at some moment of `[t0, t1]` (of `t1` alone if `t0` is
 //!   unknown): consistent, "old" or "new" by the last record before `t1`;
