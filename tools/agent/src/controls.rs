@@ -228,6 +228,21 @@ fn other_patchers_control() -> Case {
     }
 }
 
+/// Reloads the debug build, runs `f` on its sites with `debug_protocol=mode`, and sets the
+/// switch back to 0 whatever `f` returned. Returns the sites and `f`'s result.
+fn under_defect<T>(
+    mode: u32,
+    f: impl FnOnce(&[Site]) -> Result<T, String>,
+) -> Result<(Vec<Site>, T), String> {
+    let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+    sys::set_module_param("textpoke", "debug_protocol", &mode.to_string())
+        .map_err(|e| format!("setting debug_protocol={mode}: {e}"))?;
+    let out = f(&sites);
+    sys::set_module_param("textpoke", "debug_protocol", "0")
+        .map_err(|e| format!("resetting debug_protocol: {e}"))?;
+    Ok((sites, out?))
+}
+
 /// The breakpoint observer alone (observed.rs) must catch the unguarded "nosync" writes: it
 /// sees the new instruction run before its record with no guard at the site. Nothing from the
 /// exerciser's executors goes into its verdict.
@@ -235,13 +250,9 @@ fn observer_control(kcore: &Kcore) -> Case {
     const NAME: &str = "control_unguarded_nosync_caught_by_observer";
     const MODE: u32 = 3;
     let run = || -> Result<String, String> {
-        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
-        sys::set_module_param("textpoke", "debug_protocol", &MODE.to_string())
-            .map_err(|e| format!("setting debug_protocol={MODE}: {e}"))?;
-        let observed = crate::observed::run(crate::observed::CONTROL_SPEC, &sites, kcore);
-        sys::set_module_param("textpoke", "debug_protocol", "0")
-            .map_err(|e| format!("resetting debug_protocol: {e}"))?;
-        let (_, c, v) = observed?;
+        let (_, (_, c, v)) = under_defect(MODE, |sites| {
+            crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
+        })?;
         let line = crate::observed::summary(&c, &v);
         if v.violations > 0 {
             Ok(format!("{line}; first: {:?}", v.examples.first()))
@@ -267,13 +278,9 @@ fn before_after_observed(kcore: &Kcore) -> Case {
     const NAME: &str = "before_after_leaves_executions_undecided";
     const MODE: u32 = 4;
     let run = || -> Result<String, String> {
-        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
-        sys::set_module_param("textpoke", "debug_protocol", &MODE.to_string())
-            .map_err(|e| format!("setting debug_protocol={MODE}: {e}"))?;
-        let observed = crate::observed::run(crate::observed::CONTROL_SPEC, &sites, kcore);
-        sys::set_module_param("textpoke", "debug_protocol", "0")
-            .map_err(|e| format!("resetting debug_protocol: {e}"))?;
-        let (ev, c, v) = observed?;
+        let (sites, (ev, c, v)) = under_defect(MODE, |sites| {
+            crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
+        })?;
         let watched = crate::observed::watched(&sites)?;
         let intervals = textpoke_agent::observer::before_after_intervals(&ev.site_pokes(&sites));
         let pairs: usize = intervals.values().map(Vec::len).sum();
@@ -298,13 +305,7 @@ fn before_after_observed(kcore: &Kcore) -> Case {
 
 fn control(c: &Control, kcore: &Kcore) -> Case {
     let run = || -> Result<(String, Vec<String>), String> {
-        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
-        sys::set_module_param("textpoke", "debug_protocol", &c.mode.to_string())
-            .map_err(|e| format!("setting debug_protocol={}: {e}", c.mode))?;
-        let ev = scenario::run(SPEC, &sites, kcore);
-        sys::set_module_param("textpoke", "debug_protocol", "0")
-            .map_err(|e| format!("resetting debug_protocol: {e}"))?;
-        let ev = ev?;
+        let (sites, ev) = under_defect(c.mode, |sites| scenario::run(SPEC, sites, kcore))?;
         let notes = vec![format!("debug_protocol={} under {SPEC}", c.mode)];
         match (c.caught)(&ev, &sites) {
             Ok(found) => Ok((found, notes)),
