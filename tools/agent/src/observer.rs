@@ -393,6 +393,8 @@ struct Cpu {
 pub struct Observer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Collected>>,
+    /// The sample-rate cap before [`Observer::start`] raised it, put back by `stop`.
+    rate_before: Vec<u8>,
 }
 
 /// The sysctl that caps breakpoint samples per second and CPU: with one sample per hit the
@@ -404,7 +406,6 @@ impl Observer {
     pub fn start(config: Config) -> Result<Self, String> {
         let first = config.sites.first().ok_or("no site to watch")?.clone();
         let cpus = crate::sys::online_cpus().map_err(|e| format!("online CPUs: {e}"))?;
-        let _ = crate::sys::write_file(MAX_SAMPLE_RATE, b"10000000");
         let sites = Map::create(
             bpf::BPF_MAP_TYPE_HASH,
             8,
@@ -462,6 +463,11 @@ impl Observer {
                 bps,
             });
         }
+        // Last, so that a failure above leaves it as it was.
+        let rate_before = crate::sys::read_file(MAX_SAMPLE_RATE)
+            .map_err(|e| format!("reading {MAX_SAMPLE_RATE}: {e}"))?;
+        crate::sys::write_file(MAX_SAMPLE_RATE, b"10000000")
+            .map_err(|e| format!("raising {MAX_SAMPLE_RATE}: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -472,6 +478,7 @@ impl Observer {
         Ok(Self {
             stop,
             thread: Some(thread),
+            rate_before,
         })
     }
 
@@ -488,7 +495,12 @@ impl Observer {
                 })
             })
             .unwrap_or_default();
-        let _ = crate::sys::write_file(MAX_SAMPLE_RATE, b"100000");
+        let mut collected = collected;
+        if let Err(e) = crate::sys::write_file(MAX_SAMPLE_RATE, &self.rate_before) {
+            collected
+                .error
+                .get_or_insert(format!("restoring {MAX_SAMPLE_RATE}: {e}"));
+        }
         collected
     }
 }
