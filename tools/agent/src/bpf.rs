@@ -41,26 +41,21 @@ pub const CTX_ADDR: i16 = if cfg!(target_arch = "aarch64") {
     21 * 8 + 8
 };
 
-/// Offsets in `bpf_user_pt_regs_t` of the registers that make an execution's fingerprint: the
-/// stack pointer and the callee-saved registers (x86-64 `struct pt_regs`: r15, r14, r13, r12,
-/// rbp, rbx, rsp; arm64 `struct user_pt_regs`: x19 to x29, sp).
+/// Offsets in `bpf_user_pt_regs_t` of the registers that make an execution's fingerprint:
+/// every general-purpose register and the stack pointer (x86-64 `struct pt_regs`: r15 to di,
+/// then sp; arm64 `struct user_pt_regs`: x0 to x30, sp). An interrupt returns to a breakpoint
+/// with every register as it was, while two executions differ in some (a loop counter, a
+/// timestamp, a pointer): callee-saved registers alone were not enough on a KASAN kernel, whose
+/// code keeps more on the stack.
 pub const FINGERPRINT_REGS: &[i16] = if cfg!(target_arch = "aarch64") {
     &[
-        19 * 8,
-        20 * 8,
-        21 * 8,
-        22 * 8,
-        23 * 8,
-        24 * 8,
-        25 * 8,
-        26 * 8,
-        27 * 8,
-        28 * 8,
-        29 * 8,
-        31 * 8,
+        0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160,
+        168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248,
     ]
 } else {
-    &[0, 8, 16, 24, 32, 40, 19 * 8]
+    &[
+        0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 152,
+    ]
 };
 
 /// One BPF instruction, as `struct bpf_insn` lays it out on a little-endian machine.
@@ -154,8 +149,8 @@ pub struct SiteWord {
     pub site: u64,
     /// The site's first four bytes at the hit, little-endian (0 if unread).
     pub word: u32,
-    /// The XOR of the interrupted stack pointer and callee-saved registers
-    /// ([`FINGERPRINT_REGS`]): the same execution hit twice has the same one.
+    /// The XOR of the interrupted registers ([`FINGERPRINT_REGS`]): the same execution hit
+    /// twice has the same one.
     pub fingerprint: u64,
 }
 
