@@ -10,6 +10,7 @@
 #include <linux/cpuhplock.h>
 #include <linux/uaccess.h>
 #include <linux/kprobes.h>
+#include <linux/rcupdate.h>
 #include <linux/preempt.h>
 #include <linux/processor.h>
 #include <linux/sched.h>
@@ -30,9 +31,15 @@ u64 textpoke_helper_local_clock(void)
 	return local_clock();
 }
 
+/*
+ * Also a quiescent state for RCU Tasks: the callers are long loops in module code (executors,
+ * pokers, a batch), never inside a trampoline, and on a preemptible kernel booted with
+ * preempt=none a plain cond_resched() is not one. Without it an executor spinning on every CPU
+ * held up synchronize_rcu_tasks() (a kprobe's unregistration) for good (x86 KASAN boot).
+ */
 void textpoke_helper_cond_resched(void)
 {
-	cond_resched();
+	cond_resched_tasks_rcu_qs();
 }
 
 void textpoke_helper_cpus_read_lock(void)
