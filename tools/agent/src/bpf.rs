@@ -160,12 +160,12 @@ pub const SITE_WORD_SIZE: usize = 32;
 impl SiteWord {
     /// Decodes the program's output.
     pub fn parse(raw: &[u8]) -> Option<Self> {
-        let u64_at = |at: usize| Some(u64::from_ne_bytes(raw.get(at..at + 8)?.try_into().ok()?));
+        use crate::breakpoint::u64_at;
         Some(Self {
-            bp_addr: u64_at(0)?,
-            site: u64_at(8)?,
-            word: u64_at(16)? as u32,
-            fingerprint: u64_at(24)?,
+            bp_addr: u64_at(raw, 0)?,
+            site: u64_at(raw, 8)?,
+            word: u64_at(raw, 16)? as u32,
+            fingerprint: u64_at(raw, 24)?,
         })
     }
 }

@@ -112,59 +112,67 @@ pub struct Hits {
     pub throttled: u64,
     /// Other records.
     pub other: u64,
-    /// Records that do not parse; the rest of that copy was dropped.
+    /// Records that do not parse (a broken header drops the rest of that copy).
     pub errors: u64,
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+/// The native-endian `u32` at `at` in `b`, if `b` holds it.
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+/// The native-endian `u64` at `at` in `b`, if `b` holds it.
+pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Walks a contiguous copy of a perf buffer's records, calling `f(type, record)` for each
+/// (`record` with its 8-byte header). Returns `false` if a header is cut off or gives a size
+/// below the header's or past the end: the rest is dropped.
+pub fn for_each_record(bytes: &[u8], mut f: impl FnMut(u32, &[u8])) -> bool {
+    let mut at = 0;
+    while at < bytes.len() {
+        let (Some(kind), Some(size)) = (
+            u32_at(bytes, at),
+            bytes
+                .get(at + 6..at + 8)
+                .map(|s| usize::from(u16::from_ne_bytes([s[0], s[1]]))),
+        ) else {
+            return false;
+        };
+        let Some(record) = bytes.get(at..at + size).filter(|_| size >= 8) else {
+            return false;
+        };
+        f(kind, record);
+        at += size;
+    }
+    true
 }
 
 impl Hits {
     /// Adds the records of `bytes`, a contiguous copy of a buffer of [`SAMPLE_TYPE`] events.
     pub fn add_stream(&mut self, bytes: &[u8]) {
-        let mut at = 0;
-        while at < bytes.len() {
-            let (Some(kind), Some(size)) = (
-                u32_at(bytes, at),
-                bytes
-                    .get(at + 6..at + 8)
-                    .map(|s| usize::from(u16::from_ne_bytes([s[0], s[1]]))),
-            ) else {
-                self.errors += 1;
-                return;
-            };
-            let Some(record) = bytes.get(at..at + size).filter(|_| size >= 8) else {
-                self.errors += 1;
-                return;
-            };
-            match kind {
-                PERF_RECORD_SAMPLE => {
-                    let hit = (|| {
-                        Some(Hit {
-                            ip: u64_at(record, 8)?,
-                            tid: u32_at(record, 20)?,
-                            time: u64_at(record, 24)?,
-                            cpu: u32_at(record, 32)?,
-                        })
-                    })();
-                    match hit {
-                        Some(h) if size == SAMPLE_SIZE => self.hits.push(h),
-                        _ => {
-                            self.errors += 1;
-                            return;
-                        }
-                    }
+        let whole = for_each_record(bytes, |kind, record| match kind {
+            PERF_RECORD_SAMPLE => {
+                let hit = (|| {
+                    Some(Hit {
+                        ip: u64_at(record, 8)?,
+                        tid: u32_at(record, 20)?,
+                        time: u64_at(record, 24)?,
+                        cpu: u32_at(record, 32)?,
+                    })
+                })();
+                match hit {
+                    Some(h) if record.len() == SAMPLE_SIZE => self.hits.push(h),
+                    _ => self.errors += 1,
                 }
-                PERF_RECORD_LOST => self.lost += 1,
-                PERF_RECORD_THROTTLE => self.throttled += 1,
-                _ => self.other += 1,
             }
-            at += size;
+            PERF_RECORD_LOST => self.lost += 1,
+            PERF_RECORD_THROTTLE => self.throttled += 1,
+            _ => self.other += 1,
+        });
+        if !whole {
+            self.errors += 1;
         }
     }
 }

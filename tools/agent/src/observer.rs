@@ -48,7 +48,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::bpf::{self, Map, Prog, SiteWord};
-use crate::breakpoint::{Breakpoint, Scope};
+use crate::breakpoint::{
+    for_each_record, u32_at, u64_at, Breakpoint, Scope, PERF_RECORD_LOST, PERF_RECORD_SAMPLE,
+};
 use crate::checks::Timeline;
 use crate::perf::{self, MappedRing, PerfEventAttr, TextPokeRec};
 
@@ -311,48 +313,26 @@ const OUTPUT_SAMPLE_TYPE: u64 = (1 << 2) | (1 << 7) | (1 << 10);
 /// unparsable records).
 pub fn parse_output(bytes: &[u8], hits: &mut Vec<ObsHit>) -> (u64, u64) {
     let (mut lost, mut bad) = (0, 0);
-    let mut at = 0;
-    let u32_at = |at: usize| {
-        bytes
-            .get(at..at + 4)
-            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let u64_at = |at: usize| {
-        bytes
-            .get(at..at + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_ne_bytes)
-    };
-    while at + 8 <= bytes.len() {
-        let (Some(kind), Some(size)) = (u32_at(at), bytes.get(at + 6..at + 8)) else {
-            bad += 1;
-            break;
-        };
-        let size = usize::from(u16::from_ne_bytes([size[0], size[1]]));
-        if size < 8 || at + size > bytes.len() {
-            bad += 1;
-            break;
-        }
-        match kind {
-            crate::breakpoint::PERF_RECORD_SAMPLE => {
-                let hit = (|| {
-                    let raw_size = u32_at(at + 24)? as usize;
-                    let raw = bytes.get(at + 28..at + 28 + raw_size)?;
-                    Some(ObsHit {
-                        time: u64_at(at + 8)?,
-                        cpu: u32_at(at + 16)?,
-                        seen: SiteWord::parse(raw)?,
-                    })
-                })();
-                match hit {
-                    Some(h) => hits.push(h),
-                    None => bad += 1,
-                }
+    let whole = for_each_record(bytes, |kind, record| match kind {
+        PERF_RECORD_SAMPLE => {
+            let hit = (|| {
+                let raw_size = u32_at(record, 24)? as usize;
+                Some(ObsHit {
+                    time: u64_at(record, 8)?,
+                    cpu: u32_at(record, 16)?,
+                    seen: SiteWord::parse(record.get(28..28 + raw_size)?)?,
+                })
+            })();
+            match hit {
+                Some(h) => hits.push(h),
+                None => bad += 1,
             }
-            crate::breakpoint::PERF_RECORD_LOST => lost += 1,
-            _ => {}
         }
-        at += size;
+        PERF_RECORD_LOST => lost += 1,
+        _ => {}
+    });
+    if !whole {
+        bad += 1;
     }
     (lost, bad)
 }
@@ -445,12 +425,7 @@ impl Observer {
             out.update(&cpu.to_ne_bytes(), &(fd.as_raw_fd() as u32).to_ne_bytes())
                 .map_err(|e| format!("BPF perf event array update: {e}"))?;
             let mut bps = Vec::new();
-            let roles: Vec<u64> = if config.watch_site {
-                vec![first.addr, first.taken, first.fall]
-            } else {
-                vec![first.taken, first.fall]
-            };
-            for addr in roles {
+            for addr in roles(&first, config.watch_site) {
                 let bp = Breakpoint::open(addr, Scope::KernelOnCpu(cpu), 1)
                     .map_err(|e| format!("breakpoint at {addr:#x} on cpu {cpu}: {e}"))?;
                 prog.attach(&bp)
@@ -502,6 +477,16 @@ impl Observer {
                 .get_or_insert(format!("restoring {MAX_SAMPLE_RATE}: {e}"));
         }
         collected
+    }
+}
+
+/// The addresses a CPU's breakpoints watch for `w`, in the order of its events: S first, so
+/// that in a sweep an S hit never waits for an outcome the sweep has moved away from.
+fn roles(w: &Watched, watch_site: bool) -> Vec<u64> {
+    if watch_site {
+        vec![w.addr, w.taken, w.fall]
+    } else {
+        vec![w.taken, w.fall]
     }
 }
 
@@ -558,12 +543,7 @@ fn sweep(config: &Config, per_cpu: &mut [Cpu], stop: &AtomicBool) -> Collected {
         drain(per_cpu, &mut scratch, &mut c);
         i = (i + 1) % config.sites.len();
         let w = &config.sites[i];
-        // S first: an S hit never waits for an outcome the sweep moved away from.
-        let roles: Vec<u64> = if config.watch_site {
-            vec![w.addr, w.taken, w.fall]
-        } else {
-            vec![w.taken, w.fall]
-        };
+        let roles = roles(w, config.watch_site);
         for cpu in per_cpu.iter_mut() {
             for (bp, &addr) in cpu.bps.iter_mut().zip(&roles) {
                 if let Err(e) = bp.retarget(addr) {
