@@ -93,23 +93,45 @@ pub struct Parsed {
 
 /// Reads the `textpoke-bench:` lines of a console log.
 pub fn parse_log(log: &str) -> Parsed {
-    let mut parsed = Parsed::default();
+    let (samples, problems) = parse_lines(log, PREFIX, |s: &mut Sample| {
+        s.arch = runner_arch(&s.arch);
+        Ok(())
+    });
+    Parsed { samples, problems }
+}
+
+/// The arch as the runner names it: the guest's `aarch64` is `arm64`.
+pub(crate) fn runner_arch(arch: &str) -> String {
+    if arch == "aarch64" {
+        "arm64".into()
+    } else {
+        arch.into()
+    }
+}
+
+/// Reads the lines of a console log that start (after the printk prefix) with `prefix` and
+/// JSON for a `T`, which `check` may fix up or refuse. Returns the values in log order and the
+/// lines that could not be read (`line N: why`).
+pub(crate) fn parse_lines<T: serde::de::DeserializeOwned>(
+    log: &str,
+    prefix: &str,
+    mut check: impl FnMut(&mut T) -> Result<(), String>,
+) -> (Vec<T>, Vec<String>) {
+    let (mut values, mut problems) = (Vec::new(), Vec::new());
     for (i, line) in log.lines().enumerate() {
         let line = crate::ktap::strip_console_prefix(line);
-        let Some(json) = line.strip_prefix(PREFIX) else {
+        let Some(json) = line.strip_prefix(prefix) else {
             continue;
         };
-        match serde_json::from_str::<Sample>(json) {
-            Ok(mut s) => {
-                if s.arch == "aarch64" {
-                    s.arch = "arm64".into();
-                }
-                parsed.samples.push(s);
-            }
-            Err(e) => parsed.problems.push(format!("line {}: {e}", i + 1)),
+        match serde_json::from_str::<T>(json).map_err(|e| e.to_string()) {
+            Ok(mut v) => match check(&mut v) {
+                Ok(()) => values.push(v),
+                Err(e) => problems.push(format!("line {}: {e}", i + 1)),
+            },
+            Err(e) => problems.push(format!("line {}: {e}", i + 1)),
         }
     }
-    parsed
+    (values, problems)
 }
 
 /// The `q` quantile (0 to 1) of sorted values, interpolating linearly between order
@@ -330,7 +352,12 @@ pub fn mode_label(mode: &str) -> &str {
 }
 
 fn seed_for(n: u32, mode: &str) -> u64 {
-    mode.bytes().fold(SEED ^ u64::from(n), |h, b| {
+    fold_seed(SEED ^ u64::from(n), mode)
+}
+
+/// `base` folded with the bytes of `text` (FNV-1a steps): a bootstrap stream per configuration.
+pub(crate) fn fold_seed(base: u64, text: &str) -> u64 {
+    text.bytes().fold(base, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }

@@ -119,25 +119,14 @@ impl RetargetSample {
 /// Reads the `textpoke-retarget:` lines of a console log: the samples in log order, and the
 /// lines that could not be read (`line N: why`).
 pub fn parse_log(log: &str) -> (Vec<RetargetSample>, Vec<String>) {
-    let (mut samples, mut problems) = (Vec::new(), Vec::new());
-    for (i, line) in log.lines().enumerate() {
-        let line = crate::ktap::strip_console_prefix(line);
-        let Some(json) = line.strip_prefix(PREFIX) else {
-            continue;
-        };
-        match serde_json::from_str::<RetargetSample>(json) {
-            // No time per retarget without retargets.
-            Ok(s) if s.n == 0 => problems.push(format!("line {}: n is 0", i + 1)),
-            Ok(mut s) => {
-                if s.arch == "aarch64" {
-                    s.arch = "arm64".into();
-                }
-                samples.push(s);
-            }
-            Err(e) => problems.push(format!("line {}: {e}", i + 1)),
+    crate::bench::parse_lines(log, PREFIX, |s: &mut RetargetSample| {
+        // No time per retarget without retargets.
+        if s.n == 0 {
+            return Err("n is 0".into());
         }
-    }
-    (samples, problems)
+        s.arch = crate::bench::runner_arch(&s.arch);
+        Ok(())
+    })
 }
 
 /// What one (traps, method) came to.
@@ -190,11 +179,7 @@ pub struct RetargetReport {
 /// (FNV-1a steps, as bench.rs seeds each (N, mode)), so that each kind has its own stream and
 /// a report is reproducible from its samples.
 fn seed_for(traps: Traps) -> u64 {
-    format!("retarget {}", traps.name())
-        .bytes()
-        .fold(SEED, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
+    crate::bench::fold_seed(SEED, &format!("retarget {}", traps.name()))
 }
 
 fn per_retarget(samples: &[RetargetSample], traps: Traps, method: Method) -> Vec<f64> {
