@@ -70,19 +70,6 @@ pub fn watched(sites: &[Site]) -> Result<Vec<Watched>, String> {
     Ok(out)
 }
 
-/// Whether the observer also watches the sites themselves (S, to know when an execution
-/// started). It does not: on both arches a breakpoint on the site hides the outcome of the
-/// executions that trap there. x86 resumes from the site's debug exception with `RF` set, the
-/// guard's `INT3` saves it, and the `IRET` to the emulated target restores it, which suppresses
-/// the target's breakpoint; arm64 steps over an EL1 breakpoint with single-step, and stepping
-/// over the guard's `BRK` loses the trapped execution's later hit. Measured in one boot each:
-/// x86 -smp 2 with S, 11 of 7887 executions met the guard; arm64 -smp 2 with S, 5 of 8920,
-/// and without it 2685 of 18670. Without S an old path after its record is undecided rather
-/// than judged (none was, in any boot so far).
-fn watch_site() -> bool {
-    false
-}
-
 /// Runs `spec` (one key of branch sites) with the observer and judges what the observer saw.
 pub fn run(
     spec: &str,
@@ -92,7 +79,6 @@ pub fn run(
     let watched = watched(sites)?;
     let config = Config {
         sites: watched.clone(),
-        watch_site: watch_site(),
         dwell: DWELL,
     };
     let (ev, collected) = scenario::run_observed(spec, sites, kcore, Some(config))?;
@@ -142,11 +128,10 @@ fn judge(
 /// One line of what the observer saw.
 pub fn summary(c: &Collected, v: &Verdicts) -> String {
     format!(
-        "{} hits in {} sweep steps: {} executions classified ({} with a start, {} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
+        "{} hits in {} sweep steps: {} executions classified ({} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
         c.hits.len(),
         c.steps,
         v.classified(),
-        v.with_start,
         v.met_guard,
         v.old_ran,
         v.new_ran,
