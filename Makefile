@@ -23,7 +23,12 @@ obj-m += tools/harness/
 endif
 
 obj-$(CONFIG_TEXTPOKE) += textpoke.o
-textpoke-y := kernel/textpoke.o kernel/exports.o rust/helpers.o arch/$(SRCARCH)/helpers.o
+textpoke-y := kernel/textpoke.o kernel/exports.o rust/helpers.o
+textpoke-$(CONFIG_X86_64) += arch/x86/helpers.o
+# None of textpoke's own C is traced (its Rust has no ftrace sites at all): the trap path calls
+# some of it, and the function tracer must never put a guard on the path that handles guards
+# (kernel/trap.rs).
+ccflags-remove-y += $(CC_FLAGS_FTRACE)
 obj-$(CONFIG_TEXTPOKE_SAMPLES) += samples/
 
 else

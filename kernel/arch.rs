@@ -15,12 +15,7 @@ use crate::insn::{InsnBytes, InsnError, Op};
 use crate::plan;
 use crate::pt_regs::PtRegs;
 use crate::series::{Resolver, TextMutexGuard};
-use kernel::{bindings, prelude::*};
-
-/// The engine's trap handler, which every arch's hook calls with the trap's saved registers:
-/// `true` if the trap was at one of textpoke's guards and is now handled. Handed to
-/// [`Arch::register_trap_hook`] (the arch cannot name the engine).
-pub(crate) type TrapHandler = unsafe extern "C" fn(regs: *mut bindings::pt_regs) -> bool;
+use kernel::prelude::*;
 
 /// A site of textpoke's own text the load-time self-test guards and runs on one CPU, to prove
 /// the trap path end to end (`kernel/selftest.rs`).
@@ -61,8 +56,6 @@ pub(crate) trait Arch {
     type Insn: Copy + Send + Sync;
     /// The arch's part of the patch series' exports.
     type Series: Send + Sync;
-    /// The registered trap hook; dropping it unregisters it and waits for running handlers.
-    type TrapHook: Send + Sync;
 
     /// Accepts `bytes` at `site` if, and only if, it is an instruction `textpoke.h` lists.
     fn accept(site: u64, bytes: &[u8]) -> Result<Self::Insn, InsnError>;
@@ -86,8 +79,6 @@ pub(crate) trait Arch {
     /// arm64 `ISB`): what each parked CPU runs before it resumes after a parked section.
     fn sync_local();
 
-    /// Registers `handler` as the hook for this arch's guard traps.
-    fn register_trap_hook(series: &Self::Series, handler: TrapHandler) -> Result<Self::TrapHook>;
     /// The address of the site a trap was taken at, from its saved registers.
     fn trap_site(regs: &PtRegs) -> u64;
     /// Makes the trapped CPU behave as if it had executed `insn` at its site.

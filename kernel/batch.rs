@@ -77,6 +77,8 @@ pub(crate) struct Batch {
     owners: KVec<ModuleRef>,
     committed: bool,
     stats: BatchStats,
+    /// Whether the changes are the kernel's own (`patcher.rs`): they have no registered sites.
+    kernel: bool,
     /// Keeps textpoke loaded while the batch exists.
     _engine: ModuleRef,
 }
@@ -90,6 +92,22 @@ impl Batch {
             owners: KVec::new(),
             committed: false,
             stats: BatchStats::default(),
+            kernel: false,
+            _engine: engine.module.get()?,
+        })
+    }
+
+    /// A batch of the kernel's own changes, `entries` (jump labels and ftrace, handed to
+    /// textpoke by the patch series: `patcher.rs`). They name no registered site, since the
+    /// kernel's own code chose them; everything else is as for any batch.
+    pub(crate) fn kernel(engine: &Engine, entries: KVec<Entry>) -> Result<Self> {
+        Ok(Self {
+            id: engine.next_batch_id(),
+            entries,
+            owners: KVec::new(),
+            committed: false,
+            stats: BatchStats::default(),
+            kernel: true,
             _engine: engine.module.get()?,
         })
     }
@@ -173,7 +191,7 @@ impl Batch {
             parked: This::must_park(&site.current, &new),
         };
         self.entries
-            .push(Entry::new(addr, insn, change)?, GFP_KERNEL)?;
+            .push(Entry::new(addr, insn, change, false)?, GFP_KERNEL)?;
         self.owners.push(owner, GFP_KERNEL)?;
         Ok(())
     }
@@ -184,6 +202,31 @@ impl Batch {
     /// [`crate::pending::MAX_BATCHES`] batches are committing at this moment, which may be
     /// retried. Once writing started the batch is committed, whatever the outcome.
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result {
+        if self.kernel {
+            pr_err!("batch {}: a kernel batch committed as a module's\n", self.id);
+            return Err(EINVAL);
+        }
+        self.commit_with(engine, false)
+    }
+
+    /// Commits a batch of the kernel's own changes ([`Batch::kernel`]) for a caller that holds
+    /// `text_mutex` throughout, as the kernel's jump label and ftrace paths do: the plan runs
+    /// under it, syncs included, as upstream's `text_poke_bp_batch()` does.
+    ///
+    /// # Safety
+    ///
+    /// The calling task must hold `text_mutex` for the whole call.
+    pub(crate) unsafe fn commit_kernel(&mut self, engine: &Engine) -> Result {
+        if !self.kernel {
+            pr_err!("batch {}: a module's batch committed as a kernel one\n", self.id);
+            return Err(EINVAL);
+        }
+        self.commit_with(engine, true)
+    }
+
+    /// Commits, with `text_mutex` taken and released as the plan needs it, or held by the
+    /// caller throughout (`caller_holds_text`, which [`Batch::commit_kernel`] vouches for).
+    fn commit_with(&mut self, engine: &Engine, caller_holds_text: bool) -> Result {
         let id = self.id;
         if self.committed {
             pr_err!("batch {id}: refusing commit: already committed\n");
@@ -204,7 +247,14 @@ impl Batch {
             return Err(errno::text_changed());
         }
         let check_ns = clock::now().saturating_sub(start);
-        let defect = debug::defect();
+        // The kernel's own changes get only the defects that touch records, never the text:
+        // the checks of the kernel's keys and ftrace must see them, and a broken write or
+        // emulation of kernel text would break the boot rather than a check.
+        let defect = match debug::defect() {
+            d @ (Defect::DropRecord | Defect::WrongOldBytes) => d,
+            _ if self.kernel => Defect::None,
+            d => d,
+        };
         if defect != Defect::None {
             pr_warn!("batch {id}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n");
             #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
@@ -220,23 +270,33 @@ impl Batch {
             }
         }
         // Keeps the CPU set stable for the syncs and the parked section; taken before
-        // `text_mutex`, as every in-kernel poker does.
-        let _hotplug = HotplugGuard::new();
+        // `text_mutex`, as every in-kernel poker does. Not for a kernel batch, whose caller holds
+        // `text_mutex` already (taking the hotplug lock inside it would invert that order): its
+        // syncs need no stable CPU set (`on_each_cpu()`, as upstream's), and it has no parked
+        // changes (`patcher.rs` hands those back).
+        let _hotplug = (!caller_holds_text).then(HotplugGuard::new);
         let mut run = Run {
             engine,
             id,
             entries: &self.entries,
             stats: &mut self.stats,
             recorded: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
-            held: None,
+            // SAFETY: `caller_holds_text` only when `commit_kernel`'s caller holds `text_mutex`
+            // for the whole call, which `run` does not outlive.
+            held: caller_holds_text.then(|| unsafe { engine.series.common.text_held_by_caller() }),
             parts: [0; Part::ALL.len()],
         };
         let table_start = clock::now();
         // Every change is in the table, parked ones included (no trap ever looks those up,
         // but a racing batch with an overlapping site is refused before anything is written).
-        let published = engine
-            .table
-            .with_published(&self.entries, cpu::cond_resched, || run.plan(defect));
+        // A kernel batch's caller holds `text_mutex`: it takes the slot kept for it
+        // (`pending::ENGINE_SLOTS` says why).
+        let published = engine.table.with_published_in(
+            self.kernel,
+            &self.entries,
+            cpu::cond_resched,
+            || run.plan(defect),
+        );
         let table_ns = clock::now().saturating_sub(table_start);
         // So far only the plan's steps.
         let mut parts = run.parts;
@@ -266,14 +326,20 @@ impl Batch {
         self.stats.nsecs = clock::now().saturating_sub(start);
         self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
         let release_start = clock::now();
-        self.release_sites(engine, ran.is_ok());
+        if !self.kernel {
+            self.release_sites(engine, ran.is_ok());
+        }
         add_part(
             &mut parts,
             Part::Release,
             clock::now().saturating_sub(release_start),
         );
         add_part(&mut parts, Part::Total, clock::now().saturating_sub(start));
-        let t = &engine.stats.totals;
+        let t = if self.kernel {
+            &engine.stats.kernel
+        } else {
+            &engine.stats.totals
+        };
         t.add_parts(&parts);
         if ran.is_ok() {
             t.batches.fetch_add(1, Ordering::Relaxed);
@@ -331,6 +397,14 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// Lets go of `text_mutex` if this commit took it; a kernel batch's caller holds it
+    /// throughout, and then this does nothing.
+    fn release_text(&mut self) {
+        if self.held.as_ref().is_some_and(TextMutexGuard::owned) {
+            self.held = None;
+        }
+    }
+
     /// Change `i`, or `EINVAL` with a log line: the plan only names changes of its batch.
     fn entry(&self, i: usize) -> Result<&'a Entry> {
         self.entries.get(i).ok_or_else(|| {
@@ -391,7 +465,7 @@ impl<'a> Run<'a> {
                 Step::Sync => {
                     // Never hold text_mutex across a sync: other batches and the kernel's own
                     // pokers get to write while this one waits for the IPI round.
-                    self.held = None;
+                    self.release_text();
                     This::sync_all();
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
@@ -431,12 +505,12 @@ impl<'a> Run<'a> {
                 clock::now().saturating_sub(step_start),
             );
             if let Err(e) = done {
-                self.held = None;
+                self.release_text();
                 self.recover();
                 return Err(e);
             }
         }
-        self.held = None;
+        self.release_text();
         Ok(())
     }
 
@@ -502,6 +576,12 @@ impl<'a> Run<'a> {
                     return Err(EINVAL);
                 }
             }
+        }
+        if self.held.as_ref().is_some_and(|h| !h.owned()) {
+            // `patcher.rs` hands parked changes back to the kernel: its caller holds
+            // `text_mutex` without the hotplug lock that `stop_machine_cpuslocked()` needs.
+            pr_err!("batch {}: a kernel batch planned a parked section\n", self.id);
+            return Err(EINVAL);
         }
         let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;
         emitted.extend_with(steps.len(), (0u64, 0usize), GFP_KERNEL)?;
@@ -590,7 +670,7 @@ impl<'a> Run<'a> {
                 );
             }
         }
-        self.held = None;
+        self.release_text();
         This::sync_all();
         self.stats.syncs = self.stats.syncs.saturating_add(1);
     }

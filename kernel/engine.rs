@@ -5,7 +5,7 @@
 use crate::arch::{self, Arch, This};
 use crate::cpu;
 use crate::module_text::Module;
-use crate::pending::{CpuReaders, Pending, PendingTable};
+use crate::pending::{CpuReaders, Pending, PendingTable, ENGINE_SLOTS};
 use crate::plan::Change;
 use crate::poke_log::PokeLog;
 use crate::series::{Common, Resolver};
@@ -52,6 +52,8 @@ pub(crate) struct Entry {
     pub(crate) insn: arch::Insn,
     /// The site's old and new instruction, and whether the change is parked.
     pub(crate) change: Change,
+    /// Whether the change is the kernel's own (`patcher.rs`), for the trap counters.
+    pub(crate) kernel: bool,
     /// What the seeded trap defects emulate instead (debug builds only, see `debug.rs`).
     #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
     pub(crate) wrong: Wrong,
@@ -68,12 +70,14 @@ pub(crate) struct Wrong {
 }
 
 impl Entry {
-    /// The change of the site at `addr` to `insn` (accepted there), from `change.old`.
-    pub(crate) fn new(addr: u64, insn: arch::Insn, change: Change) -> Result<Self> {
+    /// The change of the site at `addr` to `insn` (accepted there), from `change.old`; the
+    /// kernel's own if `kernel`.
+    pub(crate) fn new(addr: u64, insn: arch::Insn, change: Change, kernel: bool) -> Result<Self> {
         Ok(Self {
             addr,
             insn,
             change,
+            kernel,
             #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
             wrong: Wrong {
                 old: This::accept(addr, change.old.as_slice()).map_err(crate::errno::insn)?,
@@ -106,10 +110,12 @@ pub(crate) struct Engine {
     /// Registered sites.
     #[pin]
     pub(crate) sites: Mutex<Sites>,
-    /// Pending instructions of the batches in flight.
-    pub(crate) table: PendingTable<Entry, KVec<CpuReaders>>,
+    /// Pending instructions of the batches in flight, one slot reserved for the kernel's.
+    pub(crate) table: PendingTable<Entry, KVec<CpuReaders<ENGINE_SLOTS>>, ENGINE_SLOTS>,
     /// Sites whose guards were recently replaced (see `trap.rs`).
     pub(crate) replaced: Replaced,
+    /// The kernel's own changes, queued until it applies them (`patcher.rs`).
+    pub(crate) queue: crate::patcher::Queue,
     /// Counters.
     pub(crate) stats: Stats,
     /// The records emitted so far.
@@ -133,8 +139,9 @@ impl Engine {
         Ok(try_pin_init!(Self {
             series,
             sites <- new_mutex!(Sites::new(module), "textpoke:sites"),
-            table: PendingTable::new(readers),
+            table: PendingTable::with_reserved(readers, 1),
             replaced,
+            queue: crate::patcher::Queue::new(),
             stats,
             log <- PokeLog::new(),
             module,

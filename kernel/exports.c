@@ -39,6 +39,18 @@ static_assert(TEXTPOKE_NOP == 0 && TEXTPOKE_JMP == 1 && TEXTPOKE_CALL == 2 &&
 	      TEXTPOKE_RET == 3 && TEXTPOKE_MOV_X9_X30 == 4);
 static_assert(TEXTPOKE_MAX_BATCH == 4096);
 
+/*
+ * rust/series.rs mirrors struct text_patcher_ops (patch 0008) and asserts the same numbers.
+ * The module also builds against a kernel without the series (the check that it refuses to
+ * load there), which has no such header.
+ */
+#if __has_include(<linux/text_patcher.h>)
+#include <linux/text_patcher.h>
+static_assert(sizeof(struct text_patcher_ops) == 16);
+static_assert(offsetof(struct text_patcher_ops, queue) == 0);
+static_assert(offsetof(struct text_patcher_ops, apply) == 8);
+#endif
+
 /* The trap handler must never be probed: a kprobe there would recurse. */
 struct pt_regs;
 bool textpoke_trap(struct pt_regs *regs);

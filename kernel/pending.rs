@@ -68,6 +68,16 @@ use core::ops::Deref;
 /// Most batches that can be in flight at once.
 pub const MAX_BATCHES: usize = 16;
 
+/// The engine's slots: [`MAX_BATCHES`] for the modules' batches, and one more that only the
+/// kernel's own batches use ([`PendingTable::with_reserved`]).
+///
+/// A kernel batch (jump labels, ftrace: kernel/patcher.rs) commits with `text_mutex` held by
+/// its caller throughout, while a module's batch takes `text_mutex` for each write with its
+/// slot claimed. If a kernel batch could only wait for a slot, sixteen module batches blocked
+/// on `text_mutex` would hold all of them forever. Kernel batches are serialized by
+/// `text_mutex`, so one slot of their own is always free when one needs it.
+pub const ENGINE_SLOTS: usize = MAX_BATCHES + 1;
+
 /// An entry of the table: a site and the instruction pending for it.
 pub trait Pending: Copy {
     /// Address of the site's first byte: the address a guard traps at.
@@ -259,6 +269,8 @@ fn overlaps<E: Pending>(a: &[E], b: &[E]) -> bool {
 /// of batches that can be in flight; only the model-checking tests change it.
 pub struct PendingTable<E, C, const SLOTS: usize = MAX_BATCHES> {
     slots: [Slot<E>; SLOTS],
+    /// How many of the last slots only [`PendingTable::with_published_reserved`] claims.
+    reserved: usize,
     readers: C,
     /// The slots only hold pointers to entries, which `AtomicPtr` would let any thread share;
     /// other threads read and copy those entries, so the table is only as shareable as `E`.
@@ -270,8 +282,15 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
 {
     /// An empty table whose readers are counted in `readers`, one entry per possible CPU.
     pub fn new(readers: C) -> Self {
+        Self::with_reserved(readers, 0)
+    }
+
+    /// An empty table like [`PendingTable::new`]'s, whose last `reserved` slots (at most all of
+    /// them) only [`PendingTable::with_published_reserved`] claims.
+    pub fn with_reserved(readers: C, reserved: usize) -> Self {
         Self {
             slots: core::array::from_fn(|_| Slot::new()),
+            reserved: reserved.min(SLOTS),
             readers,
             _entries: PhantomData,
         }
@@ -328,6 +347,27 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     pub fn with_published<R>(
         &self,
         entries: &[E],
+        relax: impl FnMut(),
+        in_flight: impl FnOnce() -> R,
+    ) -> Result<R, PublishError> {
+        self.with_published_in(false, entries, relax, in_flight)
+    }
+
+    /// [`PendingTable::with_published`] in one of the reserved slots (see [`ENGINE_SLOTS`]).
+    pub fn with_published_reserved<R>(
+        &self,
+        entries: &[E],
+        relax: impl FnMut(),
+        in_flight: impl FnOnce() -> R,
+    ) -> Result<R, PublishError> {
+        self.with_published_in(true, entries, relax, in_flight)
+    }
+
+    /// [`PendingTable::with_published`] in a shared slot, or in a reserved one if `reserved`.
+    pub fn with_published_in<R>(
+        &self,
+        reserved: bool,
+        entries: &[E],
         mut relax: impl FnMut(),
         in_flight: impl FnOnce() -> R,
     ) -> Result<R, PublishError> {
@@ -336,7 +376,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
             (Some(first), Some(last)) => (first.addr(), last.addr().saturating_add(last.size())),
             _ => return Err(PublishError::Empty),
         };
-        let (index, slot) = self.claim()?;
+        let (index, slot) = self.claim(reserved)?;
         slot.entries
             .store(entries.as_ptr().cast_mut(), Ordering::Relaxed);
         slot.len.store(entries.len(), Ordering::Relaxed);
@@ -368,10 +408,12 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
             .count()
     }
 
-    fn claim(&self) -> Result<(usize, &Slot<E>), PublishError> {
+    fn claim(&self, reserved: bool) -> Result<(usize, &Slot<E>), PublishError> {
+        let shared = SLOTS.saturating_sub(self.reserved);
         self.slots
             .iter()
             .enumerate()
+            .filter(|(i, _)| (*i >= shared) == reserved)
             .find(|(_, s)| {
                 s.state
                     .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)

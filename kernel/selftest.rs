@@ -17,6 +17,7 @@ use crate::arch::{Arch, This, TrapSite};
 use crate::cpu::{self, NoPreempt};
 use crate::engine::{Engine, Entry};
 use crate::plan::{Change, Cost, Plan};
+use crate::series::TrapHook;
 use kernel::prelude::*;
 
 /// The self-test's results as log lines (see the module documentation).
@@ -53,13 +54,14 @@ impl Report {
     }
 }
 
-/// Runs every test; `true` if all passed.
-pub(crate) fn run(engine: &Engine) -> bool {
+/// Runs every test, with the trap handler registered as `hook`; `true` if all passed.
+pub(crate) fn run(engine: &Engine, hook: &TrapHook) -> bool {
     let sites = This::selftest_sites();
     let cases = This::selftest_cases();
-    let mut t = Report::start(2 + sites.len() + cases.len());
+    let mut t = Report::start(3 + sites.len() + cases.len());
     t.result("plan_cost_matches_protocol", plan_cost());
     t.result("pending_table_publish_lookup_retire", pending_table(engine));
+    t.result("trap_hook_claimed_once", claimed_once(hook));
     for site in sites {
         t.result(site.name, trap(engine, site));
     }
@@ -69,12 +71,22 @@ pub(crate) fn run(engine: &Engine) -> bool {
     t.finish()
 }
 
+/// Another handler cannot claim the guard trap while textpoke holds it: a second owner would be
+/// handed traps on guards whose pending instructions only textpoke knows.
+fn claimed_once(hook: &TrapHook) -> Result<(), &'static str> {
+    match hook.second_claim() {
+        Err(e) if e == EBUSY => Ok(()),
+        Err(_) => Err("second claim refused with an errno other than EBUSY"),
+        Ok(()) => Err("a second claim of the guard trap succeeded"),
+    }
+}
+
 /// The change `site` undergoes, as the pending table holds it.
 fn entry_of(site: &TrapSite) -> Result<Entry, &'static str> {
     let addr = (site.addr)();
     let (old, new) = (site.change)().map_err(|e| e.as_str())?;
     let insn = This::accept(addr, new.as_slice()).map_err(|e| e.as_str())?;
-    Entry::new(addr, insn, Change::new(old, new)).map_err(|_| "old instruction not listed")
+    Entry::new(addr, insn, Change::new(old, new), false).map_err(|_| "old instruction not listed")
 }
 
 /// The first self-test site's change: a real one, for the checks that need any.

@@ -19,6 +19,10 @@ struct CpuTraps {
     by_kind: [AtomicU64; KINDS],
     /// Traps on a guard that was no longer in memory (see `trap::Replaced`).
     vanished: AtomicU64,
+    /// Traps on the guards of the kernel's own changes (`patcher.rs`), which `total` leaves
+    /// out: an executor counts its own site's traps by `total`, and a kernel guard its CPU
+    /// meets meanwhile (in an interrupt, say) is not one of them.
+    kernel: AtomicU64,
 }
 
 /// Where a commit's time goes: the parts [`BatchTotals::parts`] sums, for the benchmarks'
@@ -145,8 +149,12 @@ impl BatchTotals {
 /// All counters.
 pub(crate) struct Stats {
     cpus: KVec<CpuTraps>,
-    /// Batch totals.
+    /// Batch totals of the modules' batches.
     pub(crate) totals: BatchTotals,
+    /// Batch totals of the kernel's own batches (`patcher.rs`).
+    pub(crate) kernel: BatchTotals,
+    /// Changes the kernel offered that `patcher.rs` handed back to its stock path.
+    pub(crate) declined: AtomicU64,
 }
 
 impl Stats {
@@ -159,6 +167,7 @@ impl Stats {
                     total: AtomicU64::new(0),
                     by_kind: core::array::from_fn(|_| AtomicU64::new(0)),
                     vanished: AtomicU64::new(0),
+                    kernel: AtomicU64::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -166,13 +175,20 @@ impl Stats {
         Ok(Self {
             cpus: v,
             totals: BatchTotals::default(),
+            kernel: BatchTotals::default(),
+            declined: AtomicU64::new(0),
         })
     }
 
-    /// Counts a trap on `cpu` (the caller's CPU, in trap context) of kind index `kind`.
+    /// Counts a trap on `cpu` (the caller's CPU, in trap context) of kind index `kind`, at a
+    /// guard of the kernel's own changes if `kernel`.
     #[inline(always)]
-    pub(crate) fn count_trap(&self, cpu: usize, kind: usize) {
+    pub(crate) fn count_trap(&self, cpu: usize, kind: usize, kernel: bool) {
         if let Some(c) = self.cpus.get(cpu) {
+            if kernel {
+                c.kernel.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             // Only this CPU writes its line; readers tolerate a count that is a moment old.
             c.total.fetch_add(1, Ordering::Relaxed);
             if let Some(k) = c.by_kind.get(kind) {
@@ -217,6 +233,23 @@ impl Stats {
         for (part, v) in Part::ALL.iter().zip(&t.parts) {
             writeln!(out, "ns.{} {}", part.name(), v.load(Ordering::Relaxed))?;
         }
+        let k = &self.kernel;
+        for (name, v) in [
+            ("batches", &k.batches),
+            ("sites", &k.sites),
+            ("syncs", &k.syncs),
+            ("records", &k.records),
+            ("failed", &k.failed),
+            ("declined", &self.declined),
+        ] {
+            writeln!(out, "kernel.{name} {}", v.load(Ordering::Relaxed))?;
+        }
+        let kernel_traps: u64 = self
+            .cpus
+            .iter()
+            .map(|c| c.kernel.load(Ordering::Relaxed))
+            .sum();
+        writeln!(out, "kernel.traps {kernel_traps}")?;
         for (kind, name) in <This as Arch>::KIND_NAMES.iter().enumerate() {
             let n: u64 = self
                 .cpus

@@ -58,6 +58,7 @@ mod batch;
 mod debug;
 mod engine;
 mod errno;
+mod patcher;
 mod poke_log;
 mod selftest;
 mod sites;
@@ -65,13 +66,14 @@ mod stats;
 mod status_files;
 mod trap;
 
-use arch::{Arch, This};
 
-/// The loaded module. Fields drop in order: the debugfs files, the trap hook, the module
-/// notifier, then the engine, so nothing can reach the engine once it is freed.
+/// The loaded module. Fields drop in order: the kernel patcher (which applies what it holds),
+/// the debugfs files, the trap hook, the module notifier, then the engine, so nothing can reach
+/// the engine once it is freed.
 struct TextPoke {
+    _patcher: patcher::Registration,
     _files: debugfs::Dir,
-    _hook: <This as Arch>::TrapHook,
+    _hook: series::TrapHook,
     _modules: module_notifier::ModuleNotifier,
     _engine: engine::Published,
 }
@@ -93,14 +95,22 @@ impl kernel::Module for TextPoke {
         let engine = engine::Published::new(KBox::pin_init(engine, GFP_KERNEL)?);
         let modules = module_notifier::ModuleNotifier::register(module_going)?;
         // The hook goes in after the engine is published and before any guard can exist.
-        let hook = This::register_trap_hook(&engine.engine().series.arch, trap::textpoke_trap)?;
-        if !selftest::run(engine.engine()) {
+        let hook = engine
+            .engine()
+            .series
+            .common
+            .register_trap(trap::textpoke_trap)?;
+        if !selftest::run(engine.engine(), &hook) {
             pr_err!("self-test failed; refusing to load\n");
             return Err(EIO);
         }
         let files = status_files::create(module)?;
+        // Last: from here on the kernel's own jump label and ftrace updates come through the
+        // engine, which must be complete for them.
+        let patcher = patcher::Registration::new(&engine.engine().series.common, module)?;
         pr_info!("ready on {} possible CPUs\n", cpu::possible());
         Ok(Self {
+            _patcher: patcher,
             _files: files,
             _hook: hook,
             _modules: modules,

@@ -91,8 +91,10 @@ pub(crate) unsafe extern "C" fn textpoke_trap(regs: *mut bindings::pt_regs) -> b
 /// seeded trap defect selected (`debug.rs`), the wrong one the defect calls for.
 #[inline(always)]
 fn emulated(entry: &Entry) -> crate::arch::Insn {
+    // The kernel's own changes never get a trap defect (see `Batch::commit_with`).
     #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
     match crate::debug::defect() {
+        _ if entry.kernel => {}
         crate::debug::Defect::EmulateOld => return entry.wrong.old,
         crate::debug::Defect::EmulateOther => return entry.wrong.other,
         _ => {}
@@ -105,9 +107,12 @@ fn handle(engine: &Engine, regs: &mut PtRegs) -> bool {
     let site = This::trap_site(regs);
     // Stable: trap context cannot migrate.
     let cpu = cpu::current();
-    if let Some(insn) = engine.table.lookup_with(cpu, site, emulated) {
+    if let Some((insn, kernel)) = engine
+        .table
+        .lookup_with(cpu, site, |e| (emulated(e), e.kernel))
+    {
         This::emulate(&insn, regs);
-        engine.stats.count_trap(cpu, This::kind(&insn));
+        engine.stats.count_trap(cpu, This::kind(&insn), kernel);
         return true;
     }
     if !engine.replaced.contains(site) {

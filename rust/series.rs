@@ -17,16 +17,44 @@ pub(crate) type PerfEventTextPoke =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
 /// `text_mutex_lock()` / `text_mutex_unlock()` (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
-/// `stop_machine_cpuslocked(fn, data, cpus)` (include/linux/stop_machine.h, patch 0006).
+/// `stop_machine_cpuslocked(fn, data, cpus)` (include/linux/stop_machine.h, patch 0005).
 pub(crate) type StopMachineCpuslocked = unsafe extern "C" fn(
     Option<unsafe extern "C" fn(*mut c_void) -> kernel::ffi::c_int>,
     *mut c_void,
     *const kernel::bindings::cpumask,
 ) -> kernel::ffi::c_int;
 
-/// `text_reserved_by_patchers(start, end)` (include/linux/kprobes.h, patch 0007).
+/// `text_reserved_by_patchers(start, end)` (include/linux/kprobes.h, patch 0006).
 pub(crate) type TextReservedByPatchers =
     unsafe extern "C" fn(*mut c_void, *mut c_void) -> kernel::ffi::c_int;
+
+/// A text-poke trap handler (`text_poke_trap_fn`, include/linux/text_patcher.h, patch 0007).
+pub(crate) type TrapFn = unsafe extern "C" fn(*mut kernel::bindings::pt_regs) -> bool;
+/// `register_text_poke_trap(fn)` (patch 0007).
+type RegisterTrap = unsafe extern "C" fn(TrapFn) -> kernel::ffi::c_int;
+/// `unregister_text_poke_trap(fn)` (patch 0007).
+type UnregisterTrap = unsafe extern "C" fn(TrapFn);
+
+/// `struct text_patcher_ops` (include/linux/text_patcher.h, patch 0008): the kernel's jump label
+/// and ftrace updates, handed to a patcher. kernel/exports.c checks this layout against the
+/// header where the header exists.
+#[repr(C)]
+pub(crate) struct TextPatcherOps {
+    /// `queue(addr, insn, len)`: takes the change over (true) or hands it back (false).
+    pub(crate) queue: unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> bool,
+    /// `apply()`: completes every change taken since the last apply.
+    pub(crate) apply: unsafe extern "C" fn(),
+}
+
+// The mirror's layout, as kernel/exports.c asserts it for `struct text_patcher_ops`.
+kernel::static_assert!(core::mem::size_of::<TextPatcherOps>() == 16);
+kernel::static_assert!(core::mem::offset_of!(TextPatcherOps, apply) == 8);
+
+/// `register_text_patcher(ops, owner)` (patch 0008).
+type RegisterPatcher =
+    unsafe extern "C" fn(*const TextPatcherOps, *mut kernel::bindings::module) -> kernel::ffi::c_int;
+/// `unregister_text_patcher(ops)` (patch 0008).
+type UnregisterPatcher = unsafe extern "C" fn(*const TextPatcherOps);
 
 /// Looks exports up by name and remembers which were missing.
 pub(crate) struct Resolver {
@@ -98,6 +126,10 @@ pub(crate) struct Common {
     text_reserved_by_patchers: TextReservedByPatchers,
     text_mutex_lock: TextMutexOp,
     text_mutex_unlock: TextMutexOp,
+    register_text_poke_trap: RegisterTrap,
+    unregister_text_poke_trap: UnregisterTrap,
+    register_text_patcher: RegisterPatcher,
+    unregister_text_patcher: UnregisterPatcher,
 }
 
 impl Common {
@@ -109,12 +141,20 @@ impl Common {
             resolve!(r, "text_reserved_by_patchers", TextReservedByPatchers);
         let text_mutex_lock = resolve!(r, "text_mutex_lock", TextMutexOp);
         let text_mutex_unlock = resolve!(r, "text_mutex_unlock", TextMutexOp);
+        let register_trap = resolve!(r, "register_text_poke_trap", RegisterTrap);
+        let unregister_trap = resolve!(r, "unregister_text_poke_trap", UnregisterTrap);
+        let register_patcher = resolve!(r, "register_text_patcher", RegisterPatcher);
+        let unregister_patcher = resolve!(r, "unregister_text_patcher", UnregisterPatcher);
         Some(Self {
             perf_event_text_poke: perf_event_text_poke?,
             stop_machine_cpuslocked: stop_machine_cpuslocked?,
             text_reserved_by_patchers: text_reserved_by_patchers?,
             text_mutex_lock: text_mutex_lock?,
             text_mutex_unlock: text_mutex_unlock?,
+            register_text_poke_trap: register_trap?,
+            unregister_text_poke_trap: unregister_trap?,
+            register_text_patcher: register_patcher?,
+            unregister_text_patcher: unregister_patcher?,
         })
     }
 
@@ -146,21 +186,119 @@ impl Common {
         unsafe { (self.text_mutex_lock)() };
         TextMutexGuard {
             common: self,
+            owned: true,
             _not_send: core::marker::PhantomData,
         }
     }
+
+    /// Stands for `text_mutex` held by the caller of a kernel patcher request, who keeps it
+    /// for the whole call: the guard releases nothing when dropped.
+    ///
+    /// # Safety
+    ///
+    /// The calling task must hold `text_mutex` for as long as the guard exists.
+    pub(crate) unsafe fn text_held_by_caller(&self) -> TextMutexGuard<'_> {
+        TextMutexGuard {
+            common: self,
+            owned: false,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+
+    /// Registers `handler` as the text-poke guard trap's handler (`EBUSY` if one is).
+    pub(crate) fn register_trap(&self, handler: TrapFn) -> Result<TrapHook> {
+        // SAFETY: `handler` is a valid function of the hook's type; `TrapHook` unregisters it
+        // before it can go away (it borrows the series, which the engine owns).
+        kernel::error::to_result(unsafe { (self.register_text_poke_trap)(handler) })?;
+        Ok(TrapHook {
+            register: self.register_text_poke_trap,
+            unregister: self.unregister_text_poke_trap,
+            handler,
+        })
+    }
+
+    /// Registers `ops` as the kernel's jump label and ftrace patcher, for `owner`.
+    ///
+    /// # Safety
+    ///
+    /// `ops` and its functions must stay valid until the registration is dropped, and `owner`
+    /// must be the module they belong to.
+    pub(crate) unsafe fn register_patcher(
+        &self,
+        ops: &'static TextPatcherOps,
+        owner: *mut kernel::bindings::module,
+    ) -> Result<PatcherRegistration> {
+        // SAFETY: The caller guarantees `ops` and `owner`.
+        kernel::error::to_result(unsafe { (self.register_text_patcher)(ops, owner) })?;
+        Ok(PatcherRegistration {
+            unregister: self.unregister_text_patcher,
+            ops,
+        })
+    }
 }
 
-/// Holds `text_mutex`; releases it when dropped, on the task that took it.
+/// The registered trap handler; unregistered when dropped.
+pub(crate) struct TrapHook {
+    register: RegisterTrap,
+    unregister: UnregisterTrap,
+    handler: TrapFn,
+}
+
+impl TrapHook {
+    /// Tries to register the handler a second time: the kernel must refuse, since a second
+    /// owner would be handed traps on guards whose pending instructions only the first knows.
+    pub(crate) fn second_claim(&self) -> Result {
+        // SAFETY: As in `register_trap`; a claim that wrongly succeeded is undone at once.
+        let ret = unsafe { (self.register)(self.handler) };
+        kernel::error::to_result(ret)
+    }
+}
+
+impl Drop for TrapHook {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `register_trap`. Unregistering waits until no CPU runs the
+        // handler (the kernel's reference count), so its code may go away after this.
+        unsafe { (self.unregister)(self.handler) };
+    }
+}
+
+/// The registered kernel patcher; unregistered when dropped.
+pub(crate) struct PatcherRegistration {
+    unregister: UnregisterPatcher,
+    ops: &'static TextPatcherOps,
+}
+
+impl Drop for PatcherRegistration {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `register_patcher`. Unregistering applies what the patcher
+        // holds and returns once no task is inside `ops` (every call is under `text_mutex`).
+        unsafe { (self.unregister)(self.ops) };
+    }
+}
+
+/// Holds `text_mutex`; releases it when dropped, on the task that took it, unless the caller
+/// of a kernel patcher request holds it ([`Common::text_held_by_caller`]).
 pub(crate) struct TextMutexGuard<'a> {
     common: &'a Common,
+    /// Whether this guard took the mutex, and so releases it.
+    owned: bool,
     /// A mutex is released by the task that holds it: the guard must not move to another.
     _not_send: core::marker::PhantomData<*mut ()>,
 }
 
+impl TextMutexGuard<'_> {
+    /// Whether this guard took `text_mutex` itself (false: the caller holds it throughout).
+    pub(crate) fn owned(&self) -> bool {
+        self.owned
+    }
+}
+
 impl Drop for TextMutexGuard<'_> {
     fn drop(&mut self) {
-        // SAFETY: The guard exists only while this task holds `text_mutex` (see `lock_text`).
-        unsafe { (self.common.text_mutex_unlock)() };
+        if self.owned {
+            // SAFETY: An owned guard exists only while this task holds `text_mutex` (see
+            // `lock_text`).
+            unsafe { (self.common.text_mutex_unlock)() };
+        }
     }
 }

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! arm64: `BRK #0x008` guards, `aarch64_insn_write()` plus cache maintenance, context-
-//! synchronizing IPIs, the BRK hook of the patch series, and `stop_machine()` for the
-//! instructions the architecture does not allow to change under execution.
+//! arm64: `BRK #0x008` guards (taken by the common early trap hook of patch 0007),
+//! `aarch64_insn_write()` plus cache maintenance, context-synchronizing IPIs, and
+//! `stop_machine()` for the instructions the architecture does not allow to change under
+//! execution.
 
 pub mod insn;
 mod regs;
 mod selftest_site;
 mod series;
 mod text;
-mod trap;
 
-use crate::arch::{Arch, ArchCase, TrapHandler, TrapSite};
+use crate::arch::{Arch, ArchCase, TrapSite};
 use crate::insn::{InsnBytes, InsnError, Op};
 use crate::pt_regs::PtRegs;
 use crate::series::{Resolver, TextMutexGuard};
@@ -68,7 +68,6 @@ impl Arch for This {
 
     type Insn = Listed;
     type Series = series::Series;
-    type TrapHook = trap::TrapHook;
 
     fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
         Listed::accept(site, bytes)
@@ -125,10 +124,6 @@ impl Arch for This {
         text::sync_local()
     }
 
-    fn register_trap_hook(series: &series::Series, handler: TrapHandler) -> Result<trap::TrapHook> {
-        trap::TrapHook::register(series, handler)
-    }
-
     #[link_section = ".kprobes.text"]
     fn trap_site(regs: &PtRegs) -> u64 {
         // The exception PC is the `BRK` itself.
@@ -169,6 +164,6 @@ impl Arch for This {
     }
 
     fn selftest_cases() -> &'static [ArchCase<series::Series>] {
-        &trap::SELFTEST_CASES
+        &[]
     }
 }

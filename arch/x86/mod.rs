@@ -9,7 +9,7 @@ mod series;
 mod text;
 mod trap;
 
-use crate::arch::{Arch, ArchCase, TrapHandler, TrapSite};
+use crate::arch::{Arch, ArchCase, TrapSite};
 use crate::insn::{InsnBytes, InsnError, Op};
 use crate::pt_regs::PtRegs;
 use crate::series::{Resolver, TextMutexGuard};
@@ -48,7 +48,6 @@ impl Arch for This {
 
     type Insn = Listed;
     type Series = series::Series;
-    type TrapHook = trap::TrapHook;
 
     fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
         let insn = Listed::accept(site, bytes)?;
@@ -110,13 +109,6 @@ impl Arch for This {
 
     fn sync_local() {
         text::sync_local()
-    }
-
-    fn register_trap_hook(
-        _series: &series::Series,
-        handler: TrapHandler,
-    ) -> Result<trap::TrapHook> {
-        trap::TrapHook::register(handler)
     }
 
     #[link_section = ".kprobes.text"]

@@ -1,30 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The `INT3` hook: a die notifier that hands kernel-mode `INT3`s to the engine's trap handler.
+//! What the x86 trap path needs beyond the codec: the interrupted stack, and resuming a trap
+//! whose guard was replaced.
 //!
-//! A kernel-mode `INT3` reaches die notifiers after `poke_int3_handler()` (the kernel's own
-//! batches), kgdb and kprobes have declined it (arch/x86/kernel/traps.c `exc_int3`). The
-//! notifier runs with interrupts off in NMI-like context, so nothing here takes a lock,
-//! allocates or prints. The callback and the helper it calls are blacklisted for kprobes
-//! (arch/x86/helpers.c).
+//! A kernel-mode `INT3` reaches the engine's handler first thing in `exc_int3()`, right after
+//! `poke_int3_handler()` (the kernel's own batches) and before kprobes, kgdb and the die
+//! notifiers, through the common early hook of patch 0007. Nothing here takes a lock,
+//! allocates or prints, and everything is in the section kprobes refuse.
 
 use super::insn::{Listed, Stack};
 
-use crate::arch::TrapHandler;
 use crate::pt_regs::PtRegs;
-use core::sync::atomic::{AtomicPtr, Ordering};
-use kernel::{
-    bindings,
-    ffi::{c_int, c_ulong, c_void},
-    prelude::*,
-    types::Opaque,
-};
-
-extern "C" {
-    fn register_die_notifier(nb: *mut bindings::notifier_block) -> c_int;
-    fn unregister_die_notifier(nb: *mut bindings::notifier_block) -> c_int;
-    fn textpoke_x86_kernel_int3_regs(val: c_ulong, data: *mut c_void) -> *mut bindings::pt_regs;
-}
 
 /// The interrupted kernel stack of the trap being handled, as `CALL` and `RET` emulation see it.
 ///
@@ -94,79 +80,4 @@ pub(super) fn resume_replaced(site: u64, now: &[u8], regs: &mut PtRegs) -> bool 
         None => regs.set_ip(site),
     }
     true
-}
-
-/// The engine's handler, set while the hook is registered.
-static HANDLER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-
-/// The die-notifier callback.
-///
-/// # Safety
-///
-/// Called by `notify_die()` with `data` pointing to its `struct die_args`.
-#[no_mangle]
-#[link_section = ".kprobes.text"]
-unsafe extern "C" fn textpoke_x86_int3_notify(
-    _nb: *mut bindings::notifier_block,
-    val: c_ulong,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: `data` is the `die_args` of this notification; the helper only reads it.
-    let regs = unsafe { textpoke_x86_kernel_int3_regs(val, data) };
-    let handler = HANDLER.load(Ordering::Acquire);
-    if regs.is_null() || handler.is_null() {
-        return bindings::NOTIFY_DONE as c_int;
-    }
-    // SAFETY: `HANDLER` only ever holds a `TrapHandler` (see `TrapHook::register`).
-    let handler = unsafe { core::mem::transmute::<*mut c_void, TrapHandler>(handler) };
-    // SAFETY: `regs` is the saved state of the kernel-mode trap being handled.
-    if unsafe { handler(regs) } {
-        bindings::NOTIFY_STOP as c_int
-    } else {
-        bindings::NOTIFY_DONE as c_int
-    }
-}
-
-/// The registered hook; unregistered when dropped.
-pub(crate) struct TrapHook {
-    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
-}
-
-// SAFETY: The notifier block is only handed to the thread-safe notifier-chain functions.
-unsafe impl Send for TrapHook {}
-// SAFETY: As above.
-unsafe impl Sync for TrapHook {}
-
-impl TrapHook {
-    /// Registers `handler` behind a die notifier ahead of every other one (kgdb's claims any
-    /// kernel `INT3`).
-    pub(super) fn register(handler: TrapHandler) -> Result<Self> {
-        let nb = KBox::pin(
-            Opaque::new(bindings::notifier_block {
-                notifier_call: Some(textpoke_x86_int3_notify),
-                next: core::ptr::null_mut(),
-                priority: c_int::MAX,
-            }),
-            GFP_KERNEL,
-        )?;
-        // Release: a notifier call that sees the handler sees everything it needs initialized.
-        HANDLER.store(handler as *mut c_void, Ordering::Release);
-        // SAFETY: `nb` is pinned and stays alive until `drop` unregisters it.
-        let ret = unsafe { register_die_notifier(nb.get()) };
-        if ret != 0 {
-            HANDLER.store(core::ptr::null_mut(), Ordering::Release);
-            return Err(Error::from_errno(ret));
-        }
-        Ok(Self { nb })
-    }
-}
-
-impl Drop for TrapHook {
-    fn drop(&mut self) {
-        // SAFETY: Registered in `register`. Unregistering waits for an RCU grace period, which
-        // includes every notifier call in progress (they run in RCU read-side sections), so no
-        // CPU runs our callback once this returns.
-        unsafe { unregister_die_notifier(self.nb.get()) };
-        HANDLER.store(core::ptr::null_mut(), Ordering::Release);
-    }
 }

@@ -499,7 +499,7 @@ mod tests {
             "something else",
             "textpoke: selftest: ok 1 plan_cost_matches_protocol",
             "textpoke: selftest: not ok 2 trap_emulates_b: trap did not emulate: the new instruction",
-            "textpoke: selftest: ok 3 brk_immediate_claimed_once",
+            "textpoke: selftest: ok 3 trap_hook_claimed_once",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -515,7 +515,7 @@ mod tests {
                         "trap_emulates_b",
                         "trap did not emulate: the new instruction"
                     ),
-                    Case::pass("brk_immediate_claimed_once"),
+                    Case::pass("trap_hook_claimed_once"),
                 ]
             )
         );

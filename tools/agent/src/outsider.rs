@@ -149,11 +149,7 @@ fn trap_path_functions() -> Result<Vec<(String, u64)>, String> {
             }
         }
     }
-    let helpers = [
-        "textpoke_helper_cpu",
-        "textpoke_read_text_nofault",
-        "textpoke_x86_kernel_int3_regs",
-    ];
+    let helpers = ["textpoke_helper_cpu", "textpoke_read_text_nofault"];
     let kallsyms = sys::read_text("/proc/kallsyms").map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for l in kallsyms.lines() {

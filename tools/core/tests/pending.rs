@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use textpoke_core::pending::{CpuReaders, Pending, PendingTable, PublishError, MAX_BATCHES};
+use textpoke_core::pending::{
+    CpuReaders, Pending, PendingTable, PublishError, ENGINE_SLOTS, MAX_BATCHES,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
@@ -225,4 +227,48 @@ fn stress_readers_and_concurrent_publishers() {
     );
     assert!(found.load(Ordering::Relaxed) > 0);
     assert_eq!(t.in_flight(), 0);
+}
+
+/// The engine's table reserves its last slot for the kernel's own batches (kernel/patcher.rs),
+/// which commit holding `text_mutex` and so must never wait for a slot: the modules' batches
+/// still get `MAX_BATCHES` slots, never the reserved one, and the reserved one takes one batch.
+#[test]
+fn reserved_slot_is_the_kernels_alone() {
+    const SLOTS: usize = ENGINE_SLOTS;
+    let readers: Vec<CpuReaders<SLOTS>> = (0..1).map(|_| CpuReaders::new()).collect();
+    let t: PendingTable<Entry, Vec<CpuReaders<SLOTS>>, SLOTS> =
+        PendingTable::with_reserved(readers, 1);
+    fn nest(t: &PendingTable<Entry, Vec<CpuReaders<SLOTS>>, SLOTS>, depth: usize) {
+        let e = [entry(0x1000 * (depth as u64 + 1), 4)];
+        let r = t.with_published(&e, nothing, || {
+            if depth + 1 < MAX_BATCHES {
+                nest(t, depth + 1);
+                return;
+            }
+            // Every shared slot is taken: a module's batch is refused...
+            let extra = [entry(0x10, 1)];
+            assert_eq!(
+                t.with_published(&extra, nothing, || ()),
+                Err(PublishError::Full)
+            );
+            // ...and the kernel's goes in the reserved slot, where a lookup finds it...
+            let kernel = [entry(0x20, 1)];
+            let r = t.with_published_reserved(&kernel, nothing, || {
+                assert!(t.lookup(0, 0x20).is_some());
+                // ...which holds one batch only.
+                assert_eq!(
+                    t.with_published_reserved(&[entry(0x30, 1)], nothing, || ()),
+                    Err(PublishError::Full)
+                );
+            });
+            assert_eq!(r, Ok(()));
+        });
+        assert!(r.is_ok());
+    }
+    nest(&t, 0);
+    // A table without a reserved slot has none to give.
+    assert_eq!(
+        table(1).with_published_reserved(&[entry(0x20, 1)], nothing, || ()),
+        Err(PublishError::Full)
+    );
 }

@@ -11,12 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-/// The entry points of the trap path: the engine's handler and each arch's hook.
-pub const ROOTS: &[&str] = &[
-    "textpoke_trap",
-    "textpoke_x86_int3_notify",
-    "textpoke_arm64_brk_hook",
-];
+/// The entry point of the trap path: the engine's handler, which the kernel's early trap hook
+/// (patch 0007) calls on both arches.
+pub const ROOTS: &[&str] = &["textpoke_trap"];
 
 /// What the module's trap path is made of.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

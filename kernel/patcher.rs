@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! textpoke as the kernel's patcher for its own static keys and ftrace sites (patch 0008).
+//!
+//! While textpoke is loaded, the kernel offers each instruction change of a jump label or of
+//! ftrace to [`textpoke_patcher_queue`] and completes them with [`textpoke_patcher_apply`], both
+//! with `text_mutex` held (x86 `text_poke_queue()`/`text_poke_finish()`, arm64
+//! `arch_jump_label_transform_queue()`/`_apply()` and `arch_ftrace_update_code()`). A change
+//! textpoke takes goes through the same plan, pending table, trap handler and records as a
+//! module's batch ([`Batch::kernel`]); only the site registry is bypassed, since the kernel's
+//! own code chose the site. Nothing new is exposed to userspace or to other modules: there is
+//! no new way to name an address.
+//!
+//! A change is handed back to the kernel's stock path (its nosync write on arm64, its own
+//! `INT3` batch on x86), counted in `kernel.declined` and logged once per apply, when textpoke
+//! cannot take it safely:
+//! - its old or new instruction is not a listed one, or the new one is the guard;
+//! - it may not be made under execution ([`Arch::must_park`]: arm64 `MOV X9, X30`, which ftrace
+//!   writes once when it initializes a module's sites, before they can run). A parked section
+//!   needs the CPU-hotplug lock, which cannot be taken inside the caller's `text_mutex`;
+//! - nothing changes (the old and new instruction are the same).
+//!
+//! Changes accumulate until the kernel applies them, or until [`MAX_SITES`] are queued or a
+//! site comes again (or overlaps a queued one), which first commits what is queued: one batch
+//! per 4096 changes, each with its plan's syncs (three on x86, two on arm64).
+
+use crate::arch::{Arch, This};
+use crate::batch::{Batch, MAX_SITES};
+use crate::engine::{self, Engine, Entry};
+use crate::insn::{InsnBytes, MAX_INSN_LEN};
+use crate::kernel_text;
+use crate::plan::Change;
+use crate::series::{Common, PatcherRegistration, TextMutexGuard, TextPatcherOps};
+use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
+use kernel::{ffi::c_void, prelude::*};
+
+/// Why a change goes back to the kernel's stock path.
+#[derive(Clone, Copy, Debug)]
+enum Declined {
+    /// Old and new instruction are the same.
+    Unchanged,
+    /// The text could not be read, or the length is not an instruction's.
+    Unreadable,
+    /// The new instruction is not listed at the site, or is the guard.
+    NewNotListed,
+    /// The instruction there now is not listed.
+    OldNotListed,
+    /// The change may not be made under execution.
+    MustPark,
+    /// No memory for the queue.
+    NoMemory,
+}
+
+/// What the kernel handed over since its last apply.
+struct State {
+    /// The changes, in the order they came.
+    entries: KVec<Entry>,
+    /// The highest address queued (0: none): a change at least an instruction's length above
+    /// it cannot repeat or overlap one.
+    top: u64,
+    /// Changes handed back since the last apply, and why the first was.
+    declined: u64,
+    first_declined: Option<(u64, Declined)>,
+}
+
+/// The queue of the kernel's changes.
+pub(crate) struct Queue {
+    state: UnsafeCell<State>,
+}
+
+// SAFETY: `state` is only reached through `Queue::with`, which needs `text_mutex` held
+// (`TextMutexGuard`), so one task at a time uses it; `Entry` is `Send`.
+unsafe impl Send for Queue {}
+// SAFETY: As above.
+unsafe impl Sync for Queue {}
+
+impl Queue {
+    /// An empty queue.
+    pub(crate) fn new() -> Self {
+        Self {
+            state: UnsafeCell::new(State {
+                entries: KVec::new(),
+                top: 0,
+                declined: 0,
+                first_declined: None,
+            }),
+        }
+    }
+
+    /// Runs `f` on the queue; `_held` shows that the caller holds `text_mutex`.
+    fn with<R>(&self, _held: &TextMutexGuard<'_>, f: impl FnOnce(&mut State) -> R) -> R {
+        // SAFETY: Every access goes through here with `text_mutex` held, so none overlaps
+        // another; `f` cannot reach `with` again (it only gets the state).
+        f(unsafe { &mut *self.state.get() })
+    }
+}
+
+/// The kernel's change of the instruction at `addr` to `new`, as a batch entry.
+fn change(addr: u64, new: &[u8]) -> Result<Entry, Declined> {
+    let mut buf = [0u8; MAX_INSN_LEN];
+    let old = buf.get_mut(..new.len()).ok_or(Declined::Unreadable)?;
+    kernel_text::read(addr, old).map_err(|_| Declined::Unreadable)?;
+    if *old == *new {
+        return Err(Declined::Unchanged);
+    }
+    if This::is_guard(new) {
+        return Err(Declined::NewNotListed);
+    }
+    let insn = This::accept(addr, new).map_err(|_| Declined::NewNotListed)?;
+    This::accept(addr, old).map_err(|_| Declined::OldNotListed)?;
+    let old = InsnBytes::new(old).map_err(|_| Declined::OldNotListed)?;
+    let new = InsnBytes::new(new).map_err(|_| Declined::NewNotListed)?;
+    if This::must_park(&old, &new) {
+        return Err(Declined::MustPark);
+    }
+    let change = Change {
+        old,
+        new,
+        parked: false,
+    };
+    Entry::new(addr, insn, change, true).map_err(|_| Declined::OldNotListed)
+}
+
+/// Takes the change at `addr` to `new` into the queue, committing what is queued first if
+/// the queue is full or already touches the site.
+fn queue(engine: &Engine, held: &TextMutexGuard<'_>, addr: u64, new: &[u8]) -> bool {
+    let entry = match change(addr, new) {
+        Ok(entry) => entry,
+        Err(why) => {
+            engine.stats.declined.fetch_add(1, Ordering::Relaxed);
+            engine.queue.with(held, |q| {
+                q.declined = q.declined.saturating_add(1);
+                q.first_declined.get_or_insert((addr, why));
+            });
+            return false;
+        }
+    };
+    let end = addr.saturating_add(entry.change.new.len() as u64);
+    let flush = engine.queue.with(held, |q| {
+        q.entries.len() >= MAX_SITES
+            || (addr < q.top.saturating_add(MAX_INSN_LEN as u64)
+                && q.entries.iter().any(|e| {
+                    e.addr < end && addr < e.addr.saturating_add(e.change.new.len() as u64)
+                }))
+    });
+    if flush {
+        commit(engine, held);
+    }
+    engine.queue.with(held, |q| {
+        if q.entries.push(entry, GFP_KERNEL).is_err() {
+            q.declined = q.declined.saturating_add(1);
+            q.first_declined.get_or_insert((addr, Declined::NoMemory));
+            engine.stats.declined.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        q.top = q.top.max(addr);
+        true
+    })
+}
+
+/// Commits what is queued as one batch.
+fn commit(engine: &Engine, held: &TextMutexGuard<'_>) {
+    let (entries, declined, first) = engine.queue.with(held, |q| {
+        q.top = 0;
+        let declined = core::mem::take(&mut q.declined);
+        (
+            core::mem::take(&mut q.entries),
+            declined,
+            q.first_declined.take(),
+        )
+    });
+    if let Some((addr, why)) = first {
+        pr_info!(
+            "handed {declined} kernel changes back to the stock path (the first at {addr:#x}: {why:?})\n"
+        );
+    }
+    if entries.is_empty() {
+        return;
+    }
+    let n = entries.len();
+    let mut batch = match Batch::kernel(engine, entries) {
+        Ok(batch) => batch,
+        Err(e) => {
+            // The kernel pins textpoke while it holds changes (patch 0008): cannot happen.
+            pr_err!("lost a kernel batch of {n} changes: {e:?}\n");
+            return;
+        }
+    };
+    // SAFETY: `held` shows that the caller holds `text_mutex`, for all of this call.
+    if let Err(e) = unsafe { batch.commit_kernel(engine) } {
+        // Under `text_mutex` the text cannot change behind the batch's back, and the kernel's
+        // batches have a pending-table slot of their own: an impossible state, said loudly.
+        pr_err!("a kernel batch of {n} changes failed: {e:?}\n");
+    }
+}
+
+/// `text_patcher_ops.queue` (patch 0008): takes the change of the instruction at `addr` into
+/// the `len` bytes at `insn`, or hands it back (`false`).
+///
+/// # Safety
+///
+/// Called by the kernel with `text_mutex` held, and `insn` valid for reads of `len` bytes.
+unsafe extern "C" fn textpoke_patcher_queue(
+    addr: *mut c_void,
+    insn: *const c_void,
+    len: usize,
+) -> bool {
+    if insn.is_null() || len == 0 || len > MAX_INSN_LEN {
+        return false;
+    }
+    // SAFETY: The kernel passes `len` readable bytes at `insn`.
+    let new = unsafe { core::slice::from_raw_parts(insn.cast::<u8>(), len) };
+    engine::with(|engine| {
+        // SAFETY: The kernel calls with `text_mutex` held for the whole call.
+        let held = unsafe { engine.series.common.text_held_by_caller() };
+        queue(engine, &held, addr as usize as u64, new)
+    })
+    .unwrap_or(false)
+}
+
+/// `text_patcher_ops.apply` (patch 0008): commits every change taken since the last apply.
+///
+/// # Safety
+///
+/// Called by the kernel with `text_mutex` held.
+unsafe extern "C" fn textpoke_patcher_apply() {
+    engine::with(|engine| {
+        // SAFETY: The kernel calls with `text_mutex` held for the whole call.
+        let held = unsafe { engine.series.common.text_held_by_caller() };
+        commit(engine, &held);
+    });
+}
+
+/// textpoke's patcher.
+static OPS: TextPatcherOps = TextPatcherOps {
+    queue: textpoke_patcher_queue,
+    apply: textpoke_patcher_apply,
+};
+
+/// textpoke registered as the kernel's patcher; dropping it gives the kernel its stock paths
+/// back, after applying what textpoke still holds.
+pub(crate) struct Registration {
+    _registration: PatcherRegistration,
+}
+
+impl Registration {
+    /// Registers textpoke (`module`) as the kernel's patcher. Registration is refused while the
+    /// kernel is in the middle of an update on its own path (`EBUSY`): retried for a second.
+    pub(crate) fn new(common: &Common, module: &'static ThisModule) -> Result<Self> {
+        let mut tries = 0;
+        loop {
+            // SAFETY: `OPS` and its functions are this module's, which cannot go away before the
+            // registration is dropped (in the module's exit, which drops it first).
+            match unsafe { common.register_patcher(&OPS, module.as_ptr()) } {
+                Ok(registration) => {
+                    return Ok(Self {
+                        _registration: registration,
+                    })
+                }
+                Err(e) if e == EBUSY && tries < 100 => {
+                    tries += 1;
+                    // SAFETY: Process context (module init).
+                    unsafe { kernel::bindings::msleep(10) };
+                }
+                Err(e) => {
+                    pr_err!("cannot become the kernel's jump label and ftrace patcher: {e:?}\n");
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
