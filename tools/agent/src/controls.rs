@@ -321,6 +321,30 @@ fn control(c: &Control, kcore: &Kcore) -> Case {
     }
 }
 
+/// The kernel's own changes (kernel/patcher.rs) with one record dropped per batch (defect 8,
+/// which kernel batches get too): the kcore replay of `kernel_patching` must fail.
+fn kernel_record_control(kcore: &Kcore) -> Case {
+    const NAME: &str = "control_kernel_dropped_record_caught";
+    let run = || -> Result<String, String> {
+        let (_, case) = under_defect(8, |_| Ok(crate::kernel_patching::schedstats_case(kcore)))?;
+        // Back to the key's default through the correct engine's path.
+        reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
+        crate::kernel_patching::schedstats_case_off(kcore);
+        if case.passed() {
+            Err("not caught: the sched_schedstats transition passed its checks".into())
+        } else {
+            Ok(format!(
+                "the kernel transition failed its checks: {}",
+                crate::kernel_patching::diagnostic(&case)
+            ))
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// The production build has no debug switch at all; then every control on the debug build.
 /// Ends with the production modules loaded again.
 pub fn cases(kcore: &Kcore) -> Case {
@@ -344,6 +368,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         }
         children.push(observer_control(kcore));
         children.push(before_after_observed(kcore));
+        children.push(kernel_record_control(kcore));
         if crate::is_x86() {
             children.push(foreign_int3_control());
         }

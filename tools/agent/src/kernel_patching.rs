@@ -1,0 +1,604 @@
+//! The kernel's own static keys and ftrace, patched through textpoke (patch 0008,
+//! kernel/patcher.rs).
+//!
+//! Each case is one transition of a real kernel API, made from here through its userspace
+//! interface: the `kernel.sched_schedstats` key, tracepoints (sched; lock and RCU, whose keys
+//! sit on the trap path's own doorstep), and the function and function_graph tracers. Around
+//! it the agent reads the kernel text from `/proc/kcore` and records every CPU's
+//! `PERF_RECORD_TEXT_POKE`s. The evidence is the text itself:
+//! - the records, replayed in time order onto the text before, give the text after, byte for
+//!   byte (nothing changed without a record, every record's old bytes were the text);
+//! - one record per change of an instruction: none without a change, none twice (a record
+//!   repeated or missing breaks the replay's chain of old and new bytes);
+//! - textpoke made the changes: its `kernel.*` counters moved by as many records as it says it
+//!   emitted, and on arm64, whose stock path records nothing, every record is one of them;
+//! - the text follows the key: turning it off again gives back the text from before it was
+//!   turned on, byte for byte, and the key reads back as set.
+//!
+//! After textpoke is unloaded ([`stock_cases`]), the same transition goes through the stock
+//! path: the text still changes, and on arm64 no record at all is emitted.
+
+use crate::{is_x86, log, scenario};
+use std::collections::BTreeMap;
+use textpoke_agent::checks;
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::{Case, CaseResult};
+use textpoke_agent::perf::{Recorder, RecorderConfig, TextPokeRec};
+use textpoke_agent::sys;
+
+const TRACING: &str = "/sys/kernel/debug/tracing";
+const SCHEDSTATS: &str = "/proc/sys/kernel/sched_schedstats";
+
+/// The kernel image's text, `[_stext, _etext)`, from `/proc/kallsyms`.
+fn kernel_text() -> Result<(u64, usize), String> {
+    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
+    let find = |name: &str| {
+        syms.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let addr = f.next()?;
+                let _kind = f.next()?;
+                (f.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
+            })
+            .filter(|&a| a != 0)
+            .ok_or_else(|| format!("no {name} in /proc/kallsyms"))
+    };
+    let (start, end) = (find("_stext")?, find("_etext")?);
+    let len = end
+        .checked_sub(start)
+        .and_then(|l| usize::try_from(l).ok())
+        .ok_or("_etext below _stext")?;
+    Ok((start, len))
+}
+
+/// arm64 `MOV X9, X30`, the first instruction of an ftrace-patchable function.
+const MOV_X9_X30: u32 = 0xaa1e_03e9;
+
+/// Makes `before` agree with `after` on arm64 ftrace's per-function ops pointers (data, not
+/// instructions: an 8-byte literal right before a patchable function's `MOV X9, X30`, which
+/// the function tracer writes with `aarch64_insn_write_literal_u64()` and nobody records).
+/// Returns how many literals it copied.
+pub fn copy_ftrace_literals(before: &mut [u8], after: &[u8]) -> usize {
+    let word = |b: &[u8], off: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+    };
+    let mut copied = 0;
+    let mut off = 0;
+    while off + 12 <= after.len().min(before.len()) {
+        if before.get(off..off + 8) != after.get(off..off + 8)
+            && word(after, off + 8) == Some(MOV_X9_X30)
+        {
+            if let (Some(b), Some(a)) = (before.get_mut(off..off + 8), after.get(off..off + 8)) {
+                b.copy_from_slice(a);
+                copied += 1;
+            }
+        }
+        off += 8;
+    }
+    copied
+}
+
+/// Checks that every record changes something. (A record repeated, or one missing, breaks
+/// the replay's chain of old and new bytes; an instruction may change twice in one
+/// transition, as ftrace's own call site does, and then has two records.)
+pub fn one_record_per_change(pokes: &[TextPokeRec]) -> Result<(), String> {
+    match pokes.iter().find(|p| p.old == p.new) {
+        Some(p) => Err(format!("a record at {:#x} changes nothing", p.addr)),
+        None => Ok(()),
+    }
+}
+
+/// The first address where `now` differs from `then` (both snapshots of `[base, ..)`).
+pub fn first_difference(base: u64, then: &[u8], now: &[u8]) -> Option<u64> {
+    if then.len() != now.len() {
+        return Some(base);
+    }
+    then.iter()
+        .zip(now)
+        .position(|(a, b)| a != b)
+        .map(|i| base + i as u64)
+}
+
+/// textpoke's `kernel.*` counters now (empty if textpoke is not loaded).
+fn counters() -> BTreeMap<String, u64> {
+    scenario::engine_stats()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("kernel."))
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect()
+}
+
+/// What one transition did.
+struct Transition {
+    /// Records in the kernel image's text, in time order.
+    pokes: Vec<TextPokeRec>,
+    /// Records anywhere (module text and trampolines included).
+    all: usize,
+    /// How textpoke's `kernel.*` counters moved.
+    delta: BTreeMap<String, u64>,
+    /// arm64 ftrace ops literals changed (data, not recorded).
+    literals: usize,
+    /// Replayed records that reproduced the text after.
+    replayed: usize,
+    /// The text before (ftrace ops literals as after) and after.
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+impl Transition {
+    fn delta(&self, key: &str) -> u64 {
+        self.delta.get(key).copied().unwrap_or(0)
+    }
+}
+
+/// Keeps every CPU busy in the kernel (the scheduler, locks, RCU, file reads: where static
+/// keys, tracepoints and traced functions are) until dropped, so that CPUs meet the guards of
+/// the changes being made.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(1);
+        let threads = (0..cpus)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = std::fs::read("/proc/self/stat");
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `action` with every CPU busy and its text pokes recorded, and the kernel text read
+/// before and after, and checks the records against the text.
+fn transition(
+    kcore: &Kcore,
+    (base, len): (u64, usize),
+    busy: bool,
+    action: impl FnOnce() -> Result<(), String>,
+) -> Result<Transition, String> {
+    let c0 = counters();
+    // Room for the function tracer's pokes of every function (see `RecorderConfig`).
+    let mut rec = Recorder::open(&RecorderConfig { data_pages: 1024 })
+        .map_err(|e| format!("perf recorder: {e}"))?;
+    let mut before = kcore
+        .read(base, len)
+        .map_err(|e| format!("kcore before: {e}"))?;
+    {
+        let _load = busy.then(Load::start);
+        action()?;
+    }
+    let drain = rec.drain();
+    let after = kcore
+        .read(base, len)
+        .map_err(|e| format!("kcore after: {e}"))?;
+    let c1 = counters();
+    if !drain.is_clean() {
+        return Err(format!(
+            "perf may have lost records ({} lost, errors {:?}, {} full buffers)",
+            drain.lost_records, drain.errors, drain.full_buffers
+        ));
+    }
+    let all = drain.pokes.len();
+    let end = base.saturating_add(len as u64);
+    let pokes: Vec<TextPokeRec> = drain
+        .pokes
+        .into_iter()
+        .filter(|p| p.addr >= base && p.addr < end)
+        .collect();
+    let literals = if is_x86() {
+        0
+    } else {
+        copy_ftrace_literals(&mut before, &after)
+    };
+    let replayed = checks::replay(base, &before, &after, &pokes)?;
+    one_record_per_change(&pokes)?;
+    let delta = c1
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(c0.get(k).copied().unwrap_or(0))))
+        .collect();
+    Ok(Transition {
+        pokes,
+        all,
+        delta,
+        literals,
+        replayed,
+        before,
+        after,
+    })
+}
+
+/// One checked transition through textpoke, as a KTAP case, and what it did. If `undoes` is
+/// the transition this one reverses, the text must be back to what it was before that one.
+fn through_textpoke(
+    name: &str,
+    kcore: &Kcore,
+    text: (u64, usize),
+    undoes: Option<&Transition>,
+    busy: bool,
+    action: impl FnOnce() -> Result<(), String>,
+) -> (Case, Option<Transition>) {
+    log(&format!("kernel patching: {name}"));
+    let t = match transition(kcore, text, busy, action) {
+        Ok(t) => t,
+        Err(e) => return (Case::fail(name, e), None),
+    };
+    let x86 = is_x86();
+    let (sites, records) = (t.delta("kernel.sites"), t.delta("kernel.records"));
+    let summary = format!(
+        "{} instructions changed, {} records in kernel text ({} anywhere; {} replayed exactly); \
+         textpoke: {sites} sites in {} batches, {} syncs, {records} records, {} traps, {} handed back{}",
+        t.pokes.len(),
+        t.pokes.len(),
+        t.all,
+        t.replayed,
+        t.delta("kernel.batches"),
+        t.delta("kernel.syncs"),
+        t.delta("kernel.traps"),
+        t.delta("kernel.declined"),
+        if t.literals > 0 {
+            format!("; {} ftrace ops literals (data) left out", t.literals)
+        } else {
+            String::new()
+        }
+    );
+    log(&format!("kernel patching: {name}: {summary}"));
+    let problem = if t.pokes.is_empty() {
+        Some("the text did not change".to_string())
+    } else if sites == 0 {
+        Some("textpoke made none of the changes".to_string())
+    } else if records != sites {
+        Some(format!(
+            "textpoke changed {sites} sites but emitted {records} records"
+        ))
+    } else if !x86 && records != t.all as u64 {
+        // arm64's stock path records nothing: every record is textpoke's, and perf got each.
+        Some(format!(
+            "textpoke emitted {records} records, perf saw {}",
+            t.all
+        ))
+    } else if t.delta("kernel.failed") > 0 {
+        Some("a kernel batch failed".to_string())
+    } else {
+        undoes
+            .and_then(|on| {
+                // The ops literals are data (see `copy_ftrace_literals`), which ftrace need not
+                // put back as they were.
+                let mut then = on.before.clone();
+                if !x86 {
+                    copy_ftrace_literals(&mut then, &t.after);
+                }
+                first_difference(text.0, &then, &t.after)
+            })
+            .map(|a| format!("the text did not return to what it was: first difference at {a:#x}"))
+    };
+    let case = match problem {
+        Some(p) => Case::fail(name, format!("{p} ({summary})")),
+        None => Case::pass(name).with_log(summary),
+    };
+    (case, Some(t))
+}
+
+/// A transition and the one that undoes it, both checked through textpoke, with every CPU
+/// kept busy in the kernel meanwhile.
+fn pair(
+    cases: &mut Vec<Case>,
+    (on_name, off_name): (&str, &str),
+    kcore: &Kcore,
+    text: (u64, usize),
+    on: impl FnOnce() -> Result<(), String>,
+    off: impl FnOnce() -> Result<(), String>,
+) {
+    pair_with(cases, (on_name, off_name), kcore, text, true, on, off);
+}
+
+/// [`pair`], with the CPUs busy only if `busy`.
+fn pair_with(
+    cases: &mut Vec<Case>,
+    (on_name, off_name): (&str, &str),
+    kcore: &Kcore,
+    text: (u64, usize),
+    busy: bool,
+    on: impl FnOnce() -> Result<(), String>,
+    off: impl FnOnce() -> Result<(), String>,
+) {
+    let (case, t) = through_textpoke(on_name, kcore, text, None, busy, on);
+    cases.push(case);
+    let (case, _) = through_textpoke(off_name, kcore, text, t.as_ref(), busy, off);
+    cases.push(case);
+}
+
+fn write(path: &str, value: &str) -> Result<(), String> {
+    sys::write_file(path, value.as_bytes())
+        .map(drop)
+        .map_err(|e| format!("writing {value:?} to {path}: {e}"))
+}
+
+/// Sets `kernel.sched_schedstats` and checks the key reads back as set.
+fn schedstats(on: bool) -> Result<(), String> {
+    let want = if on { "1" } else { "0" };
+    write(SCHEDSTATS, want)?;
+    let now = sys::read_text(SCHEDSTATS).map_err(|e| format!("{SCHEDSTATS}: {e}"))?;
+    if now.trim() != want {
+        return Err(format!(
+            "sched_schedstats reads {:?} after writing {want}",
+            now.trim()
+        ));
+    }
+    Ok(())
+}
+
+/// The tracepoint groups whose keys the trap path's own code runs (lockdep, RCU, IRQ flags):
+/// those of them this kernel has.
+fn trap_path_events() -> Vec<String> {
+    ["lock", "rcu", "preemptirq"]
+        .iter()
+        .map(|g| format!("{TRACING}/events/{g}/enable"))
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect()
+}
+
+fn set_events(paths: &[String], on: bool) -> Result<(), String> {
+    for p in paths {
+        write(p, if on { "1" } else { "0" })?;
+    }
+    Ok(())
+}
+
+/// The function tracer's filter: a few hundred functions the executors and the kernel call
+/// all the time.
+const FILTER: &str = "*sched* *lock* *rcu*";
+
+fn tracer(name: &str) -> Result<(), String> {
+    write(&format!("{TRACING}/current_tracer"), name)
+}
+
+fn filter(f: &str) -> Result<(), String> {
+    // Opened with O_TRUNC, the file drops its old filter; an empty one means every function.
+    // Words are separate globs.
+    let path = format!("{TRACING}/set_ftrace_filter");
+    std::fs::write(&path, f).map_err(|e| format!("writing {f:?} to {path}: {e}"))
+}
+
+/// `kernel.sched_schedstats` turned on through textpoke, checked (for the negative control).
+pub fn schedstats_case(kcore: &Kcore) -> Case {
+    match kernel_text() {
+        Ok(text) => {
+            through_textpoke("sched_schedstats_on", kcore, text, None, true, || {
+                schedstats(true)
+            })
+            .0
+        }
+        Err(e) => Case::fail("sched_schedstats_on", e),
+    }
+}
+
+/// A failed case's diagnostic ("" for any other).
+pub fn diagnostic(case: &Case) -> &str {
+    match &case.result {
+        CaseResult::Fail(d) => d,
+        _ => "",
+    }
+}
+
+/// Turns `kernel.sched_schedstats` off again after [`schedstats_case`], logging any failure.
+pub fn schedstats_case_off(kcore: &Kcore) {
+    let case = match kernel_text() {
+        Ok(text) => {
+            through_textpoke("sched_schedstats_off", kcore, text, None, true, || {
+                schedstats(false)
+            })
+            .0
+        }
+        Err(e) => Case::fail("sched_schedstats_off", e),
+    };
+    if !case.passed() {
+        log(&format!(
+            "turning sched_schedstats off again failed: {}",
+            diagnostic(&case)
+        ));
+    }
+}
+
+/// The cases run with textpoke loaded as the kernel's patcher.
+pub fn cases(kcore: &Kcore) -> Case {
+    let text = match kernel_text() {
+        Ok(t) => t,
+        Err(e) => return Case::fail("kernel_patching", e),
+    };
+    let mut c = Vec::new();
+    pair(
+        &mut c,
+        ("sched_schedstats_on", "sched_schedstats_off"),
+        kcore,
+        text,
+        || schedstats(true),
+        || schedstats(false),
+    );
+    let sched = vec![format!("{TRACING}/events/sched/enable")];
+    pair(
+        &mut c,
+        ("tracepoints_sched_on", "tracepoints_sched_off"),
+        kcore,
+        text,
+        || set_events(&sched, true),
+        || set_events(&sched, false),
+    );
+    // The trap path's neighbours: every CPU takes locks (and so runs lockdep's tracepoints) all
+    // the time, so they meet these guards; the handler, entered first thing, runs none of them.
+    let trap_path = trap_path_events();
+    log(&format!(
+        "kernel patching: trap-path event groups {trap_path:?}"
+    ));
+    pair(
+        &mut c,
+        ("tracepoints_trap_path_on", "tracepoints_trap_path_off"),
+        kcore,
+        text,
+        || set_events(&trap_path, true),
+        || set_events(&trap_path, false),
+    );
+    pair(
+        &mut c,
+        (
+            "function_tracer_filtered_on",
+            "function_tracer_filtered_off",
+        ),
+        kcore,
+        text,
+        || filter(FILTER).and_then(|()| tracer("function")),
+        || tracer("nop"),
+    );
+    pair(
+        &mut c,
+        ("function_graph_filtered_on", "function_graph_filtered_off"),
+        kcore,
+        text,
+        || tracer("function_graph"),
+        || tracer("nop"),
+    );
+    // Every function (about 13000 sites on arm64), without the busy threads: under
+    // single-threaded TCG, a CPU that traps on nearly every call it makes starves the one that
+    // writes, and each way took two and a half minutes on arm64 instead of seconds
+    // (docs/results.md). The other CPU still runs the kernel's own work meanwhile.
+    pair_with(
+        &mut c,
+        ("function_tracer_all_on", "function_tracer_all_off"),
+        kcore,
+        text,
+        false,
+        || filter("").and_then(|()| tracer("function")),
+        || tracer("nop"),
+    );
+    // Back to every function for whoever traces next (the real-perf case).
+    if let Err(e) = filter("") {
+        c.push(Case::fail("ftrace_filter_cleared", e));
+    }
+    Case::group("kernel_patching", c)
+}
+
+/// After textpoke is unloaded: the stock path changes the key's text again, with records on x86
+/// and none on arm64, and no guard of textpoke's is left in the text.
+pub fn stock_cases(kcore: &Kcore) -> Case {
+    let text = match kernel_text() {
+        Ok(t) => t,
+        Err(e) => return Case::fail("stock_after_unload", e),
+    };
+    let run = |on: bool| -> Case {
+        let name = if on {
+            "stock_sched_schedstats_on"
+        } else {
+            "stock_sched_schedstats_off"
+        };
+        let t = match transition(kcore, text, true, || schedstats(on)) {
+            Err(e) => return Case::fail(name, e),
+            Ok(t) => t,
+        };
+        Case::check(name, !t.pokes.is_empty(), "the text did not change")
+            .with_log(format!("{} records", t.pokes.len()))
+    };
+    if is_x86() {
+        return Case::group("stock_after_unload", vec![run(true), run(false)]);
+    }
+    // arm64 records nothing, so a replay cannot explain the change: check the text directly.
+    let name = "stock_arm64_records_nothing";
+    let stock = (|| -> Result<Case, String> {
+        let mut rec = Recorder::open(&RecorderConfig { data_pages: 64 })
+            .map_err(|e| format!("perf recorder: {e}"))?;
+        let before = kcore.read(text.0, text.1).map_err(|e| e.to_string())?;
+        schedstats(true)?;
+        let after = kcore.read(text.0, text.1).map_err(|e| e.to_string())?;
+        schedstats(false)?;
+        let n = rec.drain().pokes.len();
+        let changed = before
+            .chunks(4)
+            .zip(after.chunks(4))
+            .filter(|(a, b)| a != b)
+            .count();
+        let guards = after
+            .chunks_exact(4)
+            .filter(|w| *w == 0xd420_0100u32.to_le_bytes())
+            .count();
+        Ok(Case::check(
+            name,
+            n == 0 && changed > 0 && guards == 0,
+            format!("{n} records, {changed} instructions changed, {guards} BRK #0x008 left"),
+        )
+        .with_log(format!(
+            "stock arm64: {changed} instructions changed, {n} records, no guard left"
+        )))
+    })();
+    Case::group(
+        "stock_after_unload",
+        vec![stock.unwrap_or_else(|e| Case::fail(name, e))],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(addr: u64, old: &[u8], new: &[u8]) -> TextPokeRec {
+        TextPokeRec {
+            addr,
+            old: old.to_vec(),
+            new: new.to_vec(),
+            ..TextPokeRec::default()
+        }
+    }
+
+    #[test]
+    fn a_record_without_a_change_or_repeated_is_refused() {
+        let a = rec(0x10, &[1], &[2]);
+        let b = rec(0x11, &[1], &[2]);
+        assert!(one_record_per_change(&[a.clone(), b.clone()]).is_ok());
+        assert!(one_record_per_change(&[rec(0x30, &[1], &[1])]).is_err());
+        // A repeated record breaks the replay's chain; a missing one leaves the text apart.
+        let (before, after) = ([1u8, 1], [2u8, 2]);
+        assert!(checks::replay(0x10, &before, &after, &[a.clone(), b.clone()]).is_ok());
+        assert!(checks::replay(0x10, &before, &after, &[a.clone(), a, b.clone()]).is_err());
+        assert!(checks::replay(0x10, &before, &after, &[b]).is_err());
+    }
+
+    #[test]
+    fn first_difference_finds_the_first_changed_byte() {
+        assert_eq!(first_difference(0x100, &[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_difference(0x100, &[1, 2, 3], &[1, 9, 9]), Some(0x101));
+        assert_eq!(first_difference(0x100, &[1, 2], &[1, 2, 3]), Some(0x100));
+    }
+
+    #[test]
+    fn only_ops_literals_before_mov_x9_x30_are_copied() {
+        let mut before = vec![0u8; 24];
+        let mut after = vec![0u8; 24];
+        // A literal at 0 before a patchable function at 8.
+        after[..8].copy_from_slice(&0xffff_0000_1234_5678u64.to_le_bytes());
+        after[8..12].copy_from_slice(&MOV_X9_X30.to_le_bytes());
+        before[8..12].copy_from_slice(&MOV_X9_X30.to_le_bytes());
+        // An instruction change elsewhere stays.
+        after[16..20].copy_from_slice(&0x1400_0001u32.to_le_bytes());
+        assert_eq!(copy_ftrace_literals(&mut before, &after), 1);
+        assert_eq!(before[..8], after[..8]);
+        assert_ne!(before[16..20], after[16..20]);
+    }
+}
