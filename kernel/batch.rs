@@ -203,7 +203,10 @@ impl Batch {
     /// retried. Once writing started the batch is committed, whatever the outcome.
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result {
         if self.kernel {
-            pr_err!("batch {}: a kernel batch committed as a module's\n", self.id);
+            pr_err!(
+                "batch {}: a kernel batch committed as a module's\n",
+                self.id
+            );
             return Err(EINVAL);
         }
         self.commit_with(engine, false)
@@ -218,7 +221,10 @@ impl Batch {
     /// The calling task must hold `text_mutex` for the whole call.
     pub(crate) unsafe fn commit_kernel(&mut self, engine: &Engine) -> Result {
         if !self.kernel {
-            pr_err!("batch {}: a module's batch committed as a kernel one\n", self.id);
+            pr_err!(
+                "batch {}: a module's batch committed as a kernel one\n",
+                self.id
+            );
             return Err(EINVAL);
         }
         self.commit_with(engine, true)
@@ -291,12 +297,12 @@ impl Batch {
         // but a racing batch with an overlapping site is refused before anything is written).
         // A kernel batch's caller holds `text_mutex`: it takes the slot kept for it
         // (`pending::ENGINE_SLOTS` says why).
-        let published = engine.table.with_published_in(
-            self.kernel,
-            &self.entries,
-            cpu::cond_resched,
-            || run.plan(defect),
-        );
+        let published =
+            engine
+                .table
+                .with_published_in(self.kernel, &self.entries, cpu::cond_resched, || {
+                    run.plan(defect)
+                });
         let table_ns = clock::now().saturating_sub(table_start);
         // So far only the plan's steps.
         let mut parts = run.parts;
@@ -580,7 +586,10 @@ impl<'a> Run<'a> {
         if self.held.as_ref().is_some_and(|h| !h.owned()) {
             // `patcher.rs` hands parked changes back to the kernel: its caller holds
             // `text_mutex` without the hotplug lock that `stop_machine_cpuslocked()` needs.
-            pr_err!("batch {}: a kernel batch planned a parked section\n", self.id);
+            pr_err!(
+                "batch {}: a kernel batch planned a parked section\n",
+                self.id
+            );
             return Err(EINVAL);
         }
         let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;

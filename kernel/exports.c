@@ -51,6 +51,16 @@ static_assert(offsetof(struct text_patcher_ops, queue) == 0);
 static_assert(offsetof(struct text_patcher_ops, apply) == 8);
 #endif
 
+/*
+ * Whether textpoke offers itself as the kernel's jump label and ftrace patcher at load
+ * (kernel/patcher.rs). 0 leaves the kernel its stock paths, for comparing the two in one boot
+ * (make bench) or for a kernel whose owner wants only the module API.
+ */
+bool textpoke_kernel_patcher = true;
+module_param_named(kernel_patcher, textpoke_kernel_patcher, bool, 0444);
+MODULE_PARM_DESC(kernel_patcher,
+		 "Make the kernel's jump label and ftrace changes through textpoke (default 1); read at load");
+
 /* The trap handler must never be probed: a kprobe there would recurse. */
 struct pt_regs;
 bool textpoke_trap(struct pt_regs *regs);

@@ -232,6 +232,18 @@ unsafe extern "C" fn textpoke_patcher_apply() {
     });
 }
 
+extern "C" {
+    /// The `kernel_patcher` module parameter (kernel/exports.c), set before `init` runs.
+    static textpoke_kernel_patcher: bool;
+}
+
+/// Whether textpoke is to be the kernel's patcher (`kernel_patcher`, default yes).
+pub(crate) fn wanted() -> bool {
+    // SAFETY: The module loader sets parameters before `init`, and nothing writes it after
+    // (it is read-only in sysfs).
+    unsafe { textpoke_kernel_patcher }
+}
+
 /// textpoke's patcher.
 static OPS: TextPatcherOps = TextPatcherOps {
     queue: textpoke_patcher_queue,

@@ -66,12 +66,11 @@ mod stats;
 mod status_files;
 mod trap;
 
-
 /// The loaded module. Fields drop in order: the kernel patcher (which applies what it holds),
 /// the debugfs files, the trap hook, the module notifier, then the engine, so nothing can reach
 /// the engine once it is freed.
 struct TextPoke {
-    _patcher: patcher::Registration,
+    _patcher: Option<patcher::Registration>,
     _files: debugfs::Dir,
     _hook: series::TrapHook,
     _modules: module_notifier::ModuleNotifier,
@@ -107,7 +106,15 @@ impl kernel::Module for TextPoke {
         let files = status_files::create(module)?;
         // Last: from here on the kernel's own jump label and ftrace updates come through the
         // engine, which must be complete for them.
-        let patcher = patcher::Registration::new(&engine.engine().series.common, module)?;
+        let patcher = if patcher::wanted() {
+            Some(patcher::Registration::new(
+                &engine.engine().series.common,
+                module,
+            )?)
+        } else {
+            pr_info!("not the kernel's patcher (kernel_patcher=0)\n");
+            None
+        };
         pr_info!("ready on {} possible CPUs\n", cpu::possible());
         Ok(Self {
             _patcher: patcher,

@@ -51,8 +51,10 @@ kernel::static_assert!(core::mem::size_of::<TextPatcherOps>() == 16);
 kernel::static_assert!(core::mem::offset_of!(TextPatcherOps, apply) == 8);
 
 /// `register_text_patcher(ops, owner)` (patch 0008).
-type RegisterPatcher =
-    unsafe extern "C" fn(*const TextPatcherOps, *mut kernel::bindings::module) -> kernel::ffi::c_int;
+type RegisterPatcher = unsafe extern "C" fn(
+    *const TextPatcherOps,
+    *mut kernel::bindings::module,
+) -> kernel::ffi::c_int;
 /// `unregister_text_patcher(ops)` (patch 0008).
 type UnregisterPatcher = unsafe extern "C" fn(*const TextPatcherOps);
 

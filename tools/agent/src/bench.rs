@@ -14,7 +14,8 @@
 //! check that each measurement ran.
 //!
 //! `textpoke.bench_reps=K` on the kernel command line runs K rounds at every size and
-//! `textpoke.bench_sizes=1,16` only those sizes (for a quick look; `make bench` uses neither).
+//! `textpoke.bench_sizes=1,16` only those sizes, and `textpoke.bench_only=kernel` only the
+//! kernel's own patching (kbench.rs) (for a quick look; `make bench` uses none of them).
 
 use std::collections::BTreeMap;
 use textpoke_agent::ktap::{Case, Ktap};
@@ -53,7 +54,7 @@ fn log(line: &str) {
 }
 
 /// Function-call IPIs taken so far, summed over CPUs (x86 `CAL`, arm64 `IPI1`).
-fn call_ipis() -> u64 {
+pub(crate) fn call_ipis() -> u64 {
     sys::interrupt_rows()
         .map(|rows| {
             rows.iter()
@@ -217,9 +218,20 @@ fn sizes() -> Vec<u32> {
 /// `textpoke_bench`.
 pub fn run(ktap: &mut Ktap) {
     let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
+    if sys::cmdline_param("textpoke.bench_only").as_deref() == Some("kernel") {
+        super::log("bench: the kernel's own patching only");
+        let cases = super::kbench::run(arch(), cpus, log);
+        let (_, selftest) = super::load_textpoke("kernel_patcher=0");
+        super::print_document(ktap, selftest, "textpoke_bench", cases);
+        return;
+    }
     super::log("bench: retargeting a hardware breakpoint (seed 004)");
     let mut cases = super::retarget::run(arch(), cpus, log);
-    let (loaded, selftest) = super::load_textpoke("");
+    super::log("bench: the kernel's own patching, through textpoke and stock");
+    cases.extend(super::kbench::run(arch(), cpus, log));
+    // The flips compare textpoke with the kernel's own static keys, which must then take the
+    // stock path: textpoke is not the kernel's patcher here.
+    let (loaded, selftest) = super::load_textpoke("kernel_patcher=0");
     let loaded = loaded.and_then(|()| super::load("textpoke_bench", ""));
     cases.push(Case::check("load", loaded.is_ok(), format!("{loaded:?}")));
     if loaded.is_ok() {

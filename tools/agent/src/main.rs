@@ -30,6 +30,7 @@ use textpoke_agent::sys;
 mod badinput;
 mod bench;
 mod controls;
+mod kbench;
 mod kernel_patching;
 mod observed;
 mod outsider;

@@ -43,7 +43,7 @@ const LOOKUP_INC: &str = "            count.fetch_add(1, Ordering::Relaxed);\n";
 const LOOKUP_DEC: &str = "            count.fetch_sub(1, Ordering::Release);\n";
 const LOOKUP_FIRST_LOAD: &str = "if slot.state.load(Ordering::Acquire) != LIVE ||";
 const LOOKUP_RECHECK: &str = "let found = if slot.state.load(Ordering::Acquire) == LIVE {";
-const CLAIM: &str = "        let (index, slot) = self.claim()?;\n";
+const CLAIM: &str = "        let (index, slot) = self.claim(reserved)?;\n";
 const STORE_CHECKING: &str = "        slot.state.store(CHECKING, Ordering::Release);\n";
 const PUBLISH_FENCE: &str = "        slot.state.store(CHECKING, Ordering::Release);
         // Pairs with the fence of any other publisher in `conflicts`: of two racing publishers,
@@ -228,7 +228,7 @@ pub const MUTANTS: &[Mutant] = &[
             (STORE_CHECKING, ""),
             (
                 CLAIM,
-                "        let (index, slot) = self.claim()?;
+                "        let (index, slot) = self.claim(reserved)?;
         slot.state.store(CHECKING, Ordering::Release);
 ",
             ),
@@ -253,7 +253,7 @@ pub const MUTANTS: &[Mutant] = &[
             (STORE_CHECKING, ""),
             (
                 CLAIM,
-                "        let (index, slot) = self.claim()?;
+                "        let (index, slot) = self.claim(reserved)?;
         slot.state.store(LIVE, Ordering::Release);
 ",
             ),

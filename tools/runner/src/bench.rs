@@ -334,6 +334,10 @@ pub struct ArchReport {
     /// it existed have no such field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retarget: Option<RetargetReport>,
+    /// The kernel's own patching through textpoke against the stock path (kbench.rs), if the
+    /// logs have its lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kbench: Option<crate::kbench::KbenchReport>,
 }
 
 fn mode_rank(mode: &str) -> usize {
@@ -453,6 +457,7 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
         ratios,
         samples,
         retarget: None,
+        kbench: None,
     }
 }
 
@@ -641,6 +646,12 @@ pub fn markdown(r: &ArchReport) -> String {
             out.push('\n');
         }
         out.push_str(&crate::retarget::markdown(retarget));
+    }
+    if let Some(kbench) = &r.kbench {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::kbench::markdown(kbench));
     }
     out
 }
@@ -1032,7 +1043,12 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();
     logs.sort();
-    type Arch = (Vec<Sample>, Vec<Source>, Option<RetargetReport>);
+    type Arch = (
+        Vec<Sample>,
+        Vec<Source>,
+        Option<RetargetReport>,
+        Option<crate::kbench::KbenchReport>,
+    );
     let mut by_arch: BTreeMap<String, Arch> = BTreeMap::new();
     for log in logs {
         let bytes =
@@ -1040,12 +1056,14 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         let text = String::from_utf8_lossy(&bytes);
         let parsed = parse_log(&text);
         let (retarget, retarget_problems) = crate::retarget::parse_log(&text);
-        // One boot, one arch: the first sample of either kind names it.
+        let (kbench, kbench_problems) = crate::kbench::parse_log(&text);
+        // One boot, one arch: the first sample of any kind names it.
         let Some(arch) = parsed
             .samples
             .first()
             .map(|s| &s.arch)
             .or_else(|| retarget.first().map(|s| &s.arch))
+            .or_else(|| kbench.first().map(|s| &s.arch))
             .cloned()
         else {
             continue;
@@ -1071,6 +1089,15 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                     .map(|p| format!("{}: {p}", log.display())),
             );
         }
+        if !kbench.is_empty() || !kbench_problems.is_empty() {
+            let part = entry.3.get_or_insert_with(Default::default);
+            part.samples.extend(kbench);
+            part.problems.extend(
+                kbench_problems
+                    .into_iter()
+                    .map(|p| format!("{}: {p}", log.display())),
+            );
+        }
     }
     if by_arch.is_empty() {
         return Err(format!(
@@ -1082,7 +1109,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
     }
     let mut reports: Vec<ArchReport> = by_arch
         .into_iter()
-        .map(|(arch, (samples, sources, retarget))| {
+        .map(|(arch, (samples, sources, retarget, kbench))| {
             let mut r = analyse(&arch, samples, sources);
             if let Some(part) = retarget {
                 let mut done = crate::retarget::analyse(part.samples);
@@ -1092,6 +1119,11 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                     .cpus
                     .max(done.samples.iter().map(|s| s.cpus).max().unwrap_or(0));
                 r.retarget = Some(done);
+            }
+            if let Some(part) = kbench {
+                let mut done = crate::kbench::analyse(part.samples);
+                done.problems = part.problems;
+                r.kbench = Some(done);
             }
             r
         })

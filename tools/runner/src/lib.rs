@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod judge;
+pub mod kbench;
 pub mod ktap;
 pub mod qemu;
 pub mod report;

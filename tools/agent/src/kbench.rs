@@ -1,0 +1,137 @@
+//! The kernel's own patching through textpoke against its stock path, in the same boot: the
+//! function tracer on every function, turned on and off, and `kernel.sched_schedstats` (the
+//! 56-site key of the 2019 batching work; 65 sites in this kernel) turned on and off.
+//!
+//! Each round runs every workload once with textpoke loaded (so the kernel hands it the
+//! changes: kernel/patcher.rs) and once with it unloaded (the stock path: x86's own `INT3`
+//! batches of at most 256 sites, arm64's unguarded writes), the two orders alternating from
+//! round to round (ABBA...). Every (round, path, workload) is one `textpoke-kbench:` JSON line:
+//! its wall time, the function-call IPIs counted in `/proc/interrupts` around it, and with
+//! textpoke its own counters (sites, batches, all-CPU syncs, records, traps). The runner turns
+//! them into the table (tools/runner/src/kbench.rs). Nothing is asserted on timing: the KTAP
+//! cases check that each measurement ran and that textpoke made the changes.
+
+use std::time::Instant;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::sys;
+
+/// Prefix of a sample line.
+pub const PREFIX: &str = "textpoke-kbench: ";
+/// Rounds: every workload on each path once per round.
+const ROUNDS: u32 = 10;
+
+const TRACING: &str = "/sys/kernel/debug/tracing";
+
+/// The workloads, in the order each round runs them.
+const WORKLOADS: [&str; 4] = [
+    "ftrace_all_on",
+    "ftrace_all_off",
+    "schedstats_on",
+    "schedstats_off",
+];
+
+fn write(path: &str, value: &str) -> Result<(), String> {
+    // O_TRUNC: `set_ftrace_filter` drops its old contents then.
+    std::fs::write(path, value).map_err(|e| format!("writing {value:?} to {path}: {e}"))
+}
+
+fn workload(name: &str) -> Result<(), String> {
+    let tracer = format!("{TRACING}/current_tracer");
+    let schedstats = "/proc/sys/kernel/sched_schedstats";
+    match name {
+        "ftrace_all_on" => write(&format!("{TRACING}/set_ftrace_filter"), "")
+            .and_then(|()| write(&tracer, "function")),
+        "ftrace_all_off" => write(&tracer, "nop"),
+        "schedstats_on" => write(schedstats, "1"),
+        "schedstats_off" => write(schedstats, "0"),
+        other => Err(format!("unknown workload {other}")),
+    }
+}
+
+/// textpoke's `kernel.*` counters (all zero if it is not loaded).
+fn counters() -> std::collections::BTreeMap<String, u64> {
+    crate::scenario::engine_stats()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("kernel.")?.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
+/// Loads or unloads textpoke so that the kernel's changes take `path`.
+fn take_path(path: &str) -> Result<(), String> {
+    let loaded = std::path::Path::new("/sys/module/textpoke").exists();
+    match (path, loaded) {
+        ("textpoke", false) => crate::load("textpoke", ""),
+        ("stock", true) => sys::unload_module("textpoke").map_err(|e| format!("unload: {e}")),
+        _ => Ok(()),
+    }
+}
+
+/// Runs the rounds, logging each sample with `log`; returns the KTAP cases.
+pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
+    let mut failures = Vec::new();
+    let mut taken_by_textpoke = 0u64;
+    let mut samples = 0u32;
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            ["textpoke", "stock"]
+        } else {
+            ["stock", "textpoke"]
+        };
+        for path in order {
+            if let Err(e) = take_path(path) {
+                failures.push(format!("round {round}, {path}: {e}"));
+                continue;
+            }
+            for w in WORKLOADS {
+                let (c0, ipis0) = (counters(), super::bench::call_ipis());
+                let start = Instant::now();
+                let done = workload(w);
+                let ns = start.elapsed().as_nanos();
+                let (c1, ipis1) = (counters(), super::bench::call_ipis());
+                if let Err(e) = done {
+                    failures.push(format!("round {round}, {path}, {w}: {e}"));
+                    continue;
+                }
+                let d = |k: &str| {
+                    c1.get(k)
+                        .copied()
+                        .unwrap_or(0)
+                        .saturating_sub(c0.get(k).copied().unwrap_or(0))
+                };
+                taken_by_textpoke += if path == "textpoke" { d("sites") } else { 0 };
+                samples += 1;
+                log(&format!(
+                    "{PREFIX}{{\"arch\":\"{arch}\",\"cpus\":{cpus},\"round\":{round},\"rounds\":{ROUNDS},\
+                     \"path\":\"{path}\",\"workload\":\"{w}\",\"ns\":{ns},\"call_ipis\":{},\
+                     \"sites\":{},\"batches\":{},\"syncs\":{},\"records\":{},\"traps\":{}}}",
+                    ipis1.saturating_sub(ipis0),
+                    d("sites"),
+                    d("batches"),
+                    d("syncs"),
+                    d("records"),
+                    d("traps"),
+                ));
+            }
+        }
+    }
+    // Leave the kernel as found: textpoke unloaded, tracer off.
+    let _ = write(&format!("{TRACING}/current_tracer"), "nop");
+    let _ = take_path("stock");
+    let expected = ROUNDS * 2 * WORKLOADS.len() as u32;
+    vec![
+        Case::check(
+            "kernel_patching_samples",
+            failures.is_empty() && samples == expected,
+            format!("{samples} samples of {expected}; {failures:?}"),
+        ),
+        Case::check(
+            "kernel_patching_through_textpoke",
+            taken_by_textpoke > 0,
+            "textpoke made none of the kernel's changes",
+        )
+        .with_log(format!(
+            "textpoke made {taken_by_textpoke} of the kernel's changes"
+        )),
+    ]
+}

@@ -1,0 +1,257 @@
+//! The kernel's own patching through textpoke against its stock path, in the bench report:
+//! the function tracer on every function and `kernel.sched_schedstats`, each turned on and off
+//! (tools/agent/src/kbench.rs logs one `textpoke-kbench: {json}` line per round, path and
+//! workload, the two paths interleaved ABBA). Per workload: the sites textpoke changed, the
+//! spread of the time on each path, the ratio of the medians (textpoke over stock) with the
+//! same percentile bootstrap as the flips' ratios (see bench.rs), and the median function-call
+//! IPIs and all-CPU syncs.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::{
+    bootstrap_ratio_of_medians, human_ns, median, ratio_text, Interval, Spread, RESAMPLES, SEED,
+};
+
+/// Prefix of a sample line in the guest's log (after the printk prefix).
+pub const PREFIX: &str = "textpoke-kbench: ";
+
+/// The workloads, in the order the report shows them.
+pub const WORKLOADS: [&str; 4] = [
+    "ftrace_all_on",
+    "ftrace_all_off",
+    "schedstats_on",
+    "schedstats_off",
+];
+
+/// One sample, as the agent logged it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KbenchSample {
+    /// Guest arch, as the runner names it.
+    pub arch: String,
+    /// Online CPUs.
+    pub cpus: u32,
+    /// Which round.
+    pub round: u32,
+    /// Rounds planned.
+    pub rounds: u32,
+    /// `textpoke` (loaded, the kernel's patcher) or `stock` (unloaded).
+    pub path: String,
+    /// What the kernel was asked to do.
+    pub workload: String,
+    /// Wall time of the request, in nanoseconds.
+    pub ns: u64,
+    /// Function-call IPIs counted in `/proc/interrupts` around it, every CPU.
+    pub call_ipis: u64,
+    /// textpoke's counters' deltas (0 on the stock path).
+    pub sites: u64,
+    /// Kernel batches textpoke committed.
+    pub batches: u64,
+    /// All-CPU syncs textpoke made.
+    pub syncs: u64,
+    /// Records textpoke emitted.
+    pub records: u64,
+    /// Traps on textpoke's guards of the kernel's changes.
+    pub traps: u64,
+}
+
+/// Reads the `textpoke-kbench:` lines of a console log: the samples in log order, and the lines
+/// that could not be read (`line N: why`).
+pub fn parse_log(log: &str) -> (Vec<KbenchSample>, Vec<String>) {
+    crate::bench::parse_lines(log, PREFIX, |s: &mut KbenchSample| {
+        if s.path != "textpoke" && s.path != "stock" {
+            return Err(format!("unknown path {}", s.path));
+        }
+        s.arch = crate::bench::runner_arch(&s.arch);
+        Ok(())
+    })
+}
+
+/// One workload's row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KbenchRow {
+    /// The workload.
+    pub workload: String,
+    /// Median sites textpoke changed.
+    pub sites: f64,
+    /// Time with textpoke.
+    pub textpoke: Spread,
+    /// Time on the stock path.
+    pub stock: Spread,
+    /// `median(textpoke) / median(stock)`.
+    pub ratio: f64,
+    /// Its 95% bootstrap interval.
+    pub ci95: Option<Interval>,
+    /// Median all-CPU syncs textpoke made, and its median batches.
+    pub syncs: f64,
+    /// Median kernel batches textpoke committed.
+    pub batches: f64,
+    /// Median function-call IPIs with textpoke and on the stock path.
+    pub ipis_textpoke: f64,
+    /// See `ipis_textpoke`.
+    pub ipis_stock: f64,
+    /// Median traps on textpoke's guards.
+    pub traps: f64,
+}
+
+/// The kernel benchmark of one arch: the `kbench` part of `bench-ARCH.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KbenchReport {
+    /// Per workload with samples on both paths, in [`WORKLOADS`] order.
+    pub rows: Vec<KbenchRow>,
+    /// Every sample, in log order.
+    pub samples: Vec<KbenchSample>,
+    /// Sample lines that could not be read.
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+fn values(samples: &[KbenchSample], w: &str, path: &str, f: fn(&KbenchSample) -> u64) -> Vec<f64> {
+    samples
+        .iter()
+        .filter(|s| s.workload == w && s.path == path)
+        .map(|s| f(s) as f64)
+        .collect()
+}
+
+/// Computes the rows of one arch's samples.
+pub fn analyse(samples: Vec<KbenchSample>) -> KbenchReport {
+    let mut rows = Vec::new();
+    for w in WORKLOADS {
+        let (a, b) = (
+            values(&samples, w, "textpoke", |s| s.ns),
+            values(&samples, w, "stock", |s| s.ns),
+        );
+        let (Some(textpoke), Some(stock)) = (Spread::of(&a), Spread::of(&b)) else {
+            continue;
+        };
+        if stock.median <= 0.0 {
+            continue;
+        }
+        let med = |path: &str, f: fn(&KbenchSample) -> u64| {
+            median(&values(&samples, w, path, f)).unwrap_or(0.0)
+        };
+        rows.push(KbenchRow {
+            workload: w.to_owned(),
+            sites: med("textpoke", |s| s.sites),
+            ratio: textpoke.median / stock.median,
+            ci95: bootstrap_ratio_of_medians(
+                &a,
+                &b,
+                RESAMPLES,
+                crate::bench::fold_seed(SEED, &format!("kbench {w}")),
+            ),
+            textpoke,
+            stock,
+            syncs: med("textpoke", |s| s.syncs),
+            batches: med("textpoke", |s| s.batches),
+            ipis_textpoke: med("textpoke", |s| s.call_ipis),
+            ipis_stock: med("stock", |s| s.call_ipis),
+            traps: med("textpoke", |s| s.traps),
+        });
+    }
+    KbenchReport {
+        rows,
+        samples,
+        problems: Vec::new(),
+    }
+}
+
+/// The Markdown section.
+pub fn markdown(r: &KbenchReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### The kernel's own patching: textpoke against the stock path\n"
+    );
+    if let Some(first) = r.samples.first() {
+        let rounds = r.samples.iter().map(|s| s.rounds).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{}, {} CPUs (QEMU TCG), {rounds} rounds, the paths interleaved (ABBA). \
+             \"textpoke\": loaded, so the kernel hands it its jump label and ftrace changes \
+             (kernel/patcher.rs); \"stock\": unloaded (x86: the kernel's own INT3 batches of at \
+             most 256 sites, 3 syncs each; arm64: unguarded writes, no record). IPIs are the \
+             function-call interrupts of every CPU around the request, whatever sent them.\n",
+            first.arch, first.cpus
+        );
+    }
+    if r.rows.is_empty() {
+        let _ = writeln!(out, "No workload has samples on both paths.");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "| workload | sites | textpoke median (IQR) | stock median (IQR) | textpoke / stock (95% CI) \
+         | textpoke batches, syncs | IPIs textpoke / stock | traps |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &r.rows {
+        let ci = row.ci95.as_ref().map_or_else(
+            || "n/a".to_owned(),
+            |i| format!("{}–{}", ratio_text(i.lo), ratio_text(i.hi)),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {} ({}–{}) | {} ({}–{}) | {} ({ci}) | {:.0}, {:.0} | {:.0} / {:.0} | {:.0} |",
+            row.workload,
+            row.sites,
+            human_ns(row.textpoke.median),
+            human_ns(row.textpoke.p25),
+            human_ns(row.textpoke.p75),
+            human_ns(row.stock.median),
+            human_ns(row.stock.p25),
+            human_ns(row.stock.p75),
+            ratio_text(row.ratio),
+            row.batches,
+            row.syncs,
+            row.ipis_textpoke,
+            row.ipis_stock,
+            row.traps,
+        );
+    }
+    if !r.problems.is_empty() {
+        let _ = writeln!(out, "\nUnreadable sample lines: {}", r.problems.join("; "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(path: &str, w: &str, round: u32, ns: u64) -> String {
+        format!(
+            "[ 1.0] {PREFIX}{{\"arch\":\"aarch64\",\"cpus\":2,\"round\":{round},\"rounds\":2,\
+             \"path\":\"{path}\",\"workload\":\"{w}\",\"ns\":{ns},\"call_ipis\":7,\"sites\":65,\
+             \"batches\":1,\"syncs\":2,\"records\":65,\"traps\":3}}\n"
+        )
+    }
+
+    #[test]
+    fn rows_pair_the_paths_per_workload() {
+        let log = [
+            line("textpoke", "schedstats_on", 0, 300),
+            line("stock", "schedstats_on", 0, 100),
+            line("stock", "schedstats_on", 1, 100),
+            line("textpoke", "schedstats_on", 1, 300),
+            line("textpoke", "ftrace_all_on", 0, 5),
+            "[ 1.0] textpoke-kbench: {\"path\":\"elsewhere\"}\n".to_owned(),
+        ]
+        .concat();
+        let (samples, problems) = parse_log(&log);
+        assert_eq!(samples.len(), 5);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(samples[0].arch, "arm64");
+        let r = analyse(samples);
+        // ftrace_all_on has no stock sample: no row.
+        assert_eq!(r.rows.len(), 1);
+        let row = &r.rows[0];
+        assert_eq!(row.workload, "schedstats_on");
+        assert!((row.ratio - 3.0).abs() < 1e-9);
+        assert_eq!((row.sites, row.syncs, row.batches), (65.0, 2.0, 1.0));
+        let md = markdown(&r);
+        assert!(md.contains("| schedstats_on | 65 |"), "{md}");
+    }
+}
