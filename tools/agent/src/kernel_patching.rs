@@ -51,6 +51,80 @@ fn kernel_text() -> Result<(u64, usize), String> {
     Ok((start, len))
 }
 
+/// The text of module `name`, from its functions in `/proc/kallsyms`: from the first to 64
+/// bytes past the start of the last (the sample's functions are short, and its text region is
+/// page-aligned padding after them).
+fn module_text(name: &str) -> Result<(u64, usize), String> {
+    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
+    let tag = format!("[{name}]");
+    let addrs: Vec<u64> = syms
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                [addr, "t" | "T", _, m] if *m == tag => u64::from_str_radix(addr, 16).ok(),
+                _ => None,
+            }
+        })
+        .collect();
+    let (lo, hi) = (addrs.iter().min(), addrs.iter().max());
+    match (lo, hi) {
+        (Some(&lo), Some(&hi)) => Ok((lo, (hi - lo + 64) as usize)),
+        _ => Err(format!("no functions of {name} in /proc/kallsyms")),
+    }
+}
+
+const KEYS: &str = "/sys/kernel/debug/textpoke_keys";
+
+/// The static-key sample (samples/textpoke_keys.c): every key flipped and flipped back with
+/// `static_branch_enable`/`_disable` while executors run every site on every CPU, checked as
+/// the kernel's own keys are, over the module's text; then every site must have taken the
+/// branch `static_key_enabled()` gave right after each change.
+fn module_keys(kcore: &Kcore, c: &mut Vec<Case>) {
+    let setup = crate::load("textpoke_keys", "")
+        .and_then(|()| module_text("textpoke_keys"))
+        .and_then(|text| write(&format!("{KEYS}/control"), "start").map(|()| text));
+    let text = match setup {
+        Ok(t) => t,
+        Err(e) => {
+            c.push(Case::fail("module_keys", e));
+            return;
+        }
+    };
+    pair(
+        c,
+        ("module_keys_flipped", "module_keys_flipped_back"),
+        kcore,
+        text,
+        || write(&format!("{KEYS}/control"), "flip"),
+        || write(&format!("{KEYS}/control"), "flip"),
+    );
+    let state = write(&format!("{KEYS}/control"), "stop")
+        .and_then(|()| sys::read_text(format!("{KEYS}/state")).map_err(|e| e.to_string()));
+    let case = match state {
+        Ok(state) => {
+            let kv: BTreeMap<&str, u64> = state
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .chunks(2)
+                .filter_map(|p| Some((*p.first()?, p.get(1)?.parse().ok()?)))
+                .collect();
+            let get = |k: &str| kv.get(k).copied().unwrap_or(u64::MAX);
+            Case::check(
+                "module_keys_read_right",
+                get("mismatches") == 0 && get("flips") == 2 && get("executions") > 0,
+                format!("state: {}", state.trim()),
+            )
+            .with_log(state.trim().to_owned())
+        }
+        Err(e) => Case::fail("module_keys_read_right", e),
+    };
+    c.push(case);
+    if let Err(e) = sys::unload_module("textpoke_keys") {
+        c.push(Case::fail("module_keys_unloaded", e.to_string()));
+    }
+}
+
 /// arm64 `MOV X9, X30`, the first instruction of an ftrace-patchable function.
 const MOV_X9_X30: u32 = 0xaa1e_03e9;
 
@@ -246,7 +320,7 @@ fn through_textpoke(
     let x86 = is_x86();
     let (sites, records) = (t.delta("kernel.sites"), t.delta("kernel.records"));
     let summary = format!(
-        "{} instructions changed, {} records in kernel text ({} anywhere; {} replayed exactly); \
+        "{} instructions changed, {} records in the text checked ({} anywhere; {} replayed exactly); \
          textpoke: {sites} sites in {} batches, {} syncs, {records} records, {} traps, {} handed back{}",
         t.pokes.len(),
         t.pokes.len(),
@@ -427,6 +501,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         Err(e) => return Case::fail("kernel_patching", e),
     };
     let mut c = Vec::new();
+    module_keys(kcore, &mut c);
     pair(
         &mut c,
         ("sched_schedstats_on", "sched_schedstats_off"),
