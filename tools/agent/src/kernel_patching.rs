@@ -572,6 +572,58 @@ pub fn cases(kcore: &Kcore) -> Case {
     Case::group("kernel_patching", c)
 }
 
+/// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes
+/// it handed to it: once the function tracer's enable has had a full batch of 4096 functions
+/// committed (thousands remain in the same update), `delete_module` must fail with
+/// `EWOULDBLOCK` (in use), and textpoke must still be loaded when the enable ends. (Between
+/// two updates, or two phases of one, the kernel holds nothing and textpoke may go: the first
+/// version of this check, which tried after any batch, unloaded it there, and the stock path
+/// finished the enable.) Then the tracer is turned off again and textpoke unloads.
+pub fn unload_refused_mid_update() -> Case {
+    const NAME: &str = "unload_refused_mid_update";
+    let run = || -> Result<String, String> {
+        let batches = || counters().get("kernel.batches").copied().unwrap_or(0);
+        let sites = || counters().get("kernel.sites").copied().unwrap_or(0);
+        let (b0, s0) = (batches(), sites());
+        filter("")?;
+        let enable = std::thread::spawn(|| tracer("function"));
+        let start = std::time::Instant::now();
+        while sites() < s0 + 4096 && !enable.is_finished() {
+            if start.elapsed() > std::time::Duration::from_secs(120) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (done_sites, done_batches) = (sites() - s0, batches() - b0);
+        let midway = done_sites >= 4096 && !enable.is_finished();
+        let tried = sys::unload_module("textpoke");
+        let enabled = enable
+            .join()
+            .map_err(|_| "the enabling thread panicked".to_string())?;
+        tracer("nop")?;
+        enabled?;
+        if !midway {
+            return Err("the enable ended before the attempt could be made in its middle".into());
+        }
+        match tried {
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {}
+            Err(e) => return Err(format!("delete_module failed with {e}, not EWOULDBLOCK")),
+            Ok(()) => return Err("textpoke was unloaded in the middle of an update".into()),
+        }
+        if !std::path::Path::new("/sys/module/textpoke").exists() {
+            return Err("textpoke went away".into());
+        }
+        Ok(format!(
+            "delete_module(textpoke) in the middle of the function tracer's enable, after \
+             {done_sites} sites in {done_batches} batches: EWOULDBLOCK (in use)"
+        ))
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// After textpoke is unloaded: the stock path changes the key's text again, with records on x86
 /// and none on arm64, and no guard of textpoke's is left in the text.
 pub fn stock_cases(kcore: &Kcore) -> Case {

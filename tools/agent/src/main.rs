@@ -228,8 +228,12 @@ fn test_suite(ktap: &mut Ktap) {
             if sys::cmdline_param("textpoke.controls").as_deref() != Some("0") {
                 cases.push(controls::cases(&kcore));
             }
-            let unloaded = sys::unload_module("textpoke_exerciser")
-                .and_then(|()| sys::unload_module("textpoke"));
+            let unloaded = sys::unload_module("textpoke_exerciser");
+            if unloaded.is_ok() {
+                // textpoke alone now: only the kernel's pin can keep it loaded.
+                cases.push(kernel_patching::unload_refused_mid_update());
+            }
+            let unloaded = unloaded.and_then(|()| sys::unload_module("textpoke"));
             cases.push(Case::check(
                 "unload",
                 unloaded.is_ok(),
