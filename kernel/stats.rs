@@ -138,6 +138,20 @@ pub(crate) struct BatchTotals {
 }
 
 impl BatchTotals {
+    /// Writes the counts as `PREFIXname value` lines.
+    fn write(&self, out: &mut impl Write, prefix: &str) -> core::fmt::Result {
+        for (name, v) in [
+            ("batches", &self.batches),
+            ("sites", &self.sites),
+            ("syncs", &self.syncs),
+            ("records", &self.records),
+            ("failed", &self.failed),
+        ] {
+            writeln!(out, "{prefix}{name} {}", v.load(Ordering::Relaxed))?;
+        }
+        Ok(())
+    }
+
     /// Adds one commit's `parts`.
     pub(crate) fn add_parts(&self, parts: &Parts) {
         for (total, ns) in self.parts.iter().zip(parts) {
@@ -220,30 +234,16 @@ impl Stats {
 
     /// Writes the counters as `key value` lines.
     pub(crate) fn write(&self, out: &mut impl Write) -> core::fmt::Result {
-        let t = &self.totals;
-        for (name, v) in [
-            ("batches", &t.batches),
-            ("sites", &t.sites),
-            ("syncs", &t.syncs),
-            ("records", &t.records),
-            ("failed", &t.failed),
-        ] {
-            writeln!(out, "{name} {}", v.load(Ordering::Relaxed))?;
-        }
-        for (part, v) in Part::ALL.iter().zip(&t.parts) {
+        self.totals.write(out, "")?;
+        for (part, v) in Part::ALL.iter().zip(&self.totals.parts) {
             writeln!(out, "ns.{} {}", part.name(), v.load(Ordering::Relaxed))?;
         }
-        let k = &self.kernel;
-        for (name, v) in [
-            ("batches", &k.batches),
-            ("sites", &k.sites),
-            ("syncs", &k.syncs),
-            ("records", &k.records),
-            ("failed", &k.failed),
-            ("declined", &self.declined),
-        ] {
-            writeln!(out, "kernel.{name} {}", v.load(Ordering::Relaxed))?;
-        }
+        self.kernel.write(out, "kernel.")?;
+        writeln!(
+            out,
+            "kernel.declined {}",
+            self.declined.load(Ordering::Relaxed)
+        )?;
         let kernel_traps: u64 = self
             .cpus
             .iter()

@@ -192,18 +192,7 @@ static int state_show(struct seq_file *m, void *v)
 	return 0;
 }
 
-static int state_open(struct inode *inode, struct file *file)
-{
-	return single_open(file, state_show, inode->i_private);
-}
-
-static const struct file_operations state_fops = {
-	.owner = THIS_MODULE,
-	.open = state_open,
-	.read = seq_read,
-	.llseek = seq_lseek,
-	.release = single_release,
-};
+DEFINE_SHOW_ATTRIBUTE(state);
 
 static const struct file_operations control_fops = {
 	.owner = THIS_MODULE,
