@@ -269,7 +269,7 @@ fn overlaps<E: Pending>(a: &[E], b: &[E]) -> bool {
 /// of batches that can be in flight; only the model-checking tests change it.
 pub struct PendingTable<E, C, const SLOTS: usize = MAX_BATCHES> {
     slots: [Slot<E>; SLOTS],
-    /// How many of the last slots only [`PendingTable::with_published_reserved`] claims.
+    /// How many of the last slots only [`PendingTable::with_published_in`] claims.
     reserved: usize,
     readers: C,
     /// The slots only hold pointers to entries, which `AtomicPtr` would let any thread share;
@@ -286,7 +286,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     }
 
     /// An empty table like [`PendingTable::new`]'s, whose last `reserved` slots (at most all of
-    /// them) only [`PendingTable::with_published_reserved`] claims.
+    /// them) only [`PendingTable::with_published_in`] claims.
     pub fn with_reserved(readers: C, reserved: usize) -> Self {
         Self {
             slots: core::array::from_fn(|_| Slot::new()),
@@ -353,17 +353,8 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         self.with_published_in(false, entries, relax, in_flight)
     }
 
-    /// [`PendingTable::with_published`] in one of the reserved slots (see [`ENGINE_SLOTS`]).
-    pub fn with_published_reserved<R>(
-        &self,
-        entries: &[E],
-        relax: impl FnMut(),
-        in_flight: impl FnOnce() -> R,
-    ) -> Result<R, PublishError> {
-        self.with_published_in(true, entries, relax, in_flight)
-    }
-
-    /// [`PendingTable::with_published`] in a shared slot, or in a reserved one if `reserved`.
+    /// [`PendingTable::with_published`] in a shared slot, or in a reserved one if `reserved`
+    /// (see [`ENGINE_SLOTS`]).
     pub fn with_published_in<R>(
         &self,
         reserved: bool,

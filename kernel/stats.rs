@@ -232,6 +232,15 @@ impl Stats {
             .map_or(0, |c| c.total.load(Ordering::Relaxed))
     }
 
+    /// The sum over CPUs of the counter `counter` picks (none: 0).
+    fn sum(&self, counter: impl Fn(&CpuTraps) -> Option<&AtomicU64>) -> u64 {
+        self.cpus
+            .iter()
+            .filter_map(counter)
+            .map(|v| v.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Writes the counters as `key value` lines.
     pub(crate) fn write(&self, out: &mut impl Write) -> core::fmt::Result {
         self.totals.write(out, "")?;
@@ -244,27 +253,15 @@ impl Stats {
             "kernel.declined {}",
             self.declined.load(Ordering::Relaxed)
         )?;
-        let kernel_traps: u64 = self
-            .cpus
-            .iter()
-            .map(|c| c.kernel.load(Ordering::Relaxed))
-            .sum();
-        writeln!(out, "kernel.traps {kernel_traps}")?;
+        writeln!(out, "kernel.traps {}", self.sum(|c| Some(&c.kernel)))?;
         for (kind, name) in <This as Arch>::KIND_NAMES.iter().enumerate() {
-            let n: u64 = self
-                .cpus
-                .iter()
-                .filter_map(|c| c.by_kind.get(kind))
-                .map(|k| k.load(Ordering::Relaxed))
-                .sum();
-            writeln!(out, "traps.{name} {n}")?;
+            writeln!(out, "traps.{name} {}", self.sum(|c| c.by_kind.get(kind)))?;
         }
-        let vanished: u64 = self
-            .cpus
-            .iter()
-            .map(|c| c.vanished.load(Ordering::Relaxed))
-            .sum();
-        writeln!(out, "traps.vanished_guard {vanished}")?;
+        writeln!(
+            out,
+            "traps.vanished_guard {}",
+            self.sum(|c| Some(&c.vanished))
+        )?;
         for (cpu, c) in self.cpus.iter().enumerate() {
             writeln!(out, "traps.cpu{cpu} {}", c.total.load(Ordering::Relaxed))?;
         }

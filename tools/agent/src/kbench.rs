@@ -20,8 +20,6 @@ pub const PREFIX: &str = "textpoke-kbench: ";
 /// Rounds: every workload on each path once per round.
 const ROUNDS: u32 = 10;
 
-const TRACING: &str = "/sys/kernel/debug/tracing";
-
 /// The workloads, in the order each round runs them.
 const WORKLOADS: [&str; 4] = [
     "ftrace_all_on",
@@ -30,31 +28,16 @@ const WORKLOADS: [&str; 4] = [
     "schedstats_off",
 ];
 
-fn write(path: &str, value: &str) -> Result<(), String> {
-    // O_TRUNC: `set_ftrace_filter` drops its old contents then.
-    std::fs::write(path, value).map_err(|e| format!("writing {value:?} to {path}: {e}"))
-}
-
 fn workload(name: &str) -> Result<(), String> {
-    let tracer = format!("{TRACING}/current_tracer");
+    use crate::kernel_patching::{filter, tracer, write};
     let schedstats = "/proc/sys/kernel/sched_schedstats";
     match name {
-        "ftrace_all_on" => write(&format!("{TRACING}/set_ftrace_filter"), "")
-            .and_then(|()| write(&tracer, "function")),
-        "ftrace_all_off" => write(&tracer, "nop"),
+        "ftrace_all_on" => filter("").and_then(|()| tracer("function")),
+        "ftrace_all_off" => tracer("nop"),
         "schedstats_on" => write(schedstats, "1"),
         "schedstats_off" => write(schedstats, "0"),
         other => Err(format!("unknown workload {other}")),
     }
-}
-
-/// textpoke's `kernel.*` counters (all zero if it is not loaded).
-fn counters() -> std::collections::BTreeMap<String, u64> {
-    crate::scenario::engine_stats()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("kernel.")?.to_owned(), v.parse().ok()?)))
-        .collect()
 }
 
 /// Loads or unloads textpoke so that the kernel's changes take `path`.
@@ -84,6 +67,7 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                 continue;
             }
             for w in WORKLOADS {
+                let counters = crate::kernel_patching::counters;
                 let (c0, ipis0) = (counters(), super::bench::call_ipis());
                 let start = Instant::now();
                 let done = workload(w);
@@ -116,7 +100,7 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
         }
     }
     // Leave the kernel as found: textpoke unloaded, tracer off.
-    let _ = write(&format!("{TRACING}/current_tracer"), "nop");
+    let _ = crate::kernel_patching::tracer("nop");
     let _ = take_path("stock");
     let expected = ROUNDS * 2 * WORKLOADS.len() as u32;
     vec![

@@ -174,7 +174,7 @@ pub fn first_difference(base: u64, then: &[u8], now: &[u8]) -> Option<u64> {
 }
 
 /// textpoke's `kernel.*` counters now (empty if textpoke is not loaded).
-fn counters() -> BTreeMap<String, u64> {
+pub(crate) fn counters() -> BTreeMap<String, u64> {
     scenario::engine_stats()
         .unwrap_or_default()
         .into_iter()
@@ -402,7 +402,7 @@ fn pair_with(
     cases.push(case);
 }
 
-fn write(path: &str, value: &str) -> Result<(), String> {
+pub(crate) fn write(path: &str, value: &str) -> Result<(), String> {
     sys::write_file(path, value.as_bytes())
         .map(drop)
         .map_err(|e| format!("writing {value:?} to {path}: {e}"))
@@ -443,11 +443,11 @@ fn set_events(paths: &[String], on: bool) -> Result<(), String> {
 /// all the time.
 const FILTER: &str = "*sched* *lock* *rcu*";
 
-fn tracer(name: &str) -> Result<(), String> {
+pub(crate) fn tracer(name: &str) -> Result<(), String> {
     write(&format!("{TRACING}/current_tracer"), name)
 }
 
-fn filter(f: &str) -> Result<(), String> {
+pub(crate) fn filter(f: &str) -> Result<(), String> {
     // Opened with O_TRUNC, the file drops its old filter; an empty one means every function.
     // Words are separate globs.
     let path = format!("{TRACING}/set_ftrace_filter");

@@ -253,11 +253,11 @@ fn reserved_slot_is_the_kernels_alone() {
             );
             // ...and the kernel's goes in the reserved slot, where a lookup finds it...
             let kernel = [entry(0x20, 1)];
-            let r = t.with_published_reserved(&kernel, nothing, || {
+            let r = t.with_published_in(true, &kernel, nothing, || {
                 assert!(t.lookup(0, 0x20).is_some());
                 // ...which holds one batch only.
                 assert_eq!(
-                    t.with_published_reserved(&[entry(0x30, 1)], nothing, || ()),
+                    t.with_published_in(true, &[entry(0x30, 1)], nothing, || ()),
                     Err(PublishError::Full)
                 );
             });
@@ -268,7 +268,7 @@ fn reserved_slot_is_the_kernels_alone() {
     nest(&t, 0);
     // A table without a reserved slot has none to give.
     assert_eq!(
-        table(1).with_published_reserved(&[entry(0x20, 1)], nothing, || ()),
+        table(1).with_published_in(true, &[entry(0x20, 1)], nothing, || ()),
         Err(PublishError::Full)
     );
 }
