@@ -77,11 +77,13 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                     failures.push(format!("round {round}, {path}, {w}: {e}"));
                     continue;
                 }
+                // `counters()` keeps textpoke's `kernel.*` lines, prefix and all.
                 let d = |k: &str| {
-                    c1.get(k)
+                    let k = format!("kernel.{k}");
+                    c1.get(&k)
                         .copied()
                         .unwrap_or(0)
-                        .saturating_sub(c0.get(k).copied().unwrap_or(0))
+                        .saturating_sub(c0.get(&k).copied().unwrap_or(0))
                 };
                 taken_by_textpoke += if path == "textpoke" { d("sites") } else { 0 };
                 samples += 1;
