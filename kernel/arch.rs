@@ -73,6 +73,14 @@ pub(crate) trait Arch {
     fn resolve(r: &mut Resolver) -> Option<Self::Series>;
     /// Writes `bytes` at `addr`, with whatever cache maintenance makes a later fetch see them.
     fn write(series: &Self::Series, held: &TextMutexGuard<'_>, addr: u64, bytes: &[u8]) -> Result;
+    /// Makes `writes` in order, each as [`Arch::write`] would, sharing between them what the
+    /// arch lets them share (x86: the temporary mm, patch 0009; arm64: a page's mapping, patch
+    /// 0010). On an error, some of them may have been made.
+    fn write_many(
+        series: &Self::Series,
+        held: &TextMutexGuard<'_>,
+        writes: &[TextWrite<'_>],
+    ) -> Result;
     /// Makes every online CPU execute a context-synchronizing event, and waits for all of them.
     fn sync_all();
     /// Makes the calling CPU refetch every instruction after this point (x86 `sync_core()`,
@@ -98,6 +106,15 @@ pub(crate) trait Arch {
 }
 
 pub(crate) use crate::arch_impl::This;
+
+/// One write of [`Arch::write_many`].
+#[derive(Clone, Copy)]
+pub(crate) struct TextWrite<'a> {
+    /// Where.
+    pub(crate) addr: u64,
+    /// What: a guard, or an instruction or part of one.
+    pub(crate) bytes: &'a [u8],
+}
 
 /// This arch's accepted instruction.
 pub(crate) type Insn = <This as Arch>::Insn;

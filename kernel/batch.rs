@@ -6,14 +6,14 @@
 //! naming one of them gets `EBUSY`), and pins their modules and textpoke itself, so neither
 //! can be unloaded while it exists. [`Batch::commit`] runs the planner's steps (`plan.rs`, the
 //! canonical description of the protocol) verbatim, each step one primitive: a text write
-//! (`Arch::write`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
+//! (`Arch::write`; a step's consecutive writes go together, `Arch::write_many`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
 //! section run with every other CPU stopped (`stop_machine_cpuslocked()`).
 //!
 //! Several batches may be committed concurrently from different threads: each holds
 //! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
 //! pending table resolves any guard of any of them.
 
-use crate::arch::{Arch, This};
+use crate::arch::{Arch, TextWrite, This};
 use crate::clock;
 use crate::cpu::{self, HotplugGuard, NoPreempt};
 use crate::debug::{self, Defect};
@@ -42,6 +42,11 @@ pub(crate) const MAX_SITES: usize = 4096;
 /// up waits for whatever else runs on its CPU: on the benchmark's CPUs, each busy with an
 /// executor, about 100 ms under TCG (the breakdown in docs/results.md).
 const WRITES_PER_RESCHED: u32 = 3 * 256;
+
+/// Most writes made together (`Arch::write_many`). The plan runs one step over every change
+/// before the next step, in address order, so a step's writes come one after the other, sorted:
+/// the arch shares a temporary mm (x86) or a page's mapping (arm64) between them.
+const WRITE_RUN: usize = 64;
 
 /// What a commit cost (`struct textpoke_batch_stats` in kernel/textpoke.h).
 #[repr(C)]
@@ -291,6 +296,9 @@ impl Batch {
             // for the whole call, which `run` does not outlive.
             held: caller_holds_text.then(|| unsafe { engine.series.common.text_held_by_caller() }),
             parts: [0; Part::ALL.len()],
+            queued: KVec::with_capacity(WRITE_RUN, GFP_KERNEL)?,
+            queued_part: Part::Other,
+            since_resched: 0,
         };
         let table_start = clock::now();
         // Every change is in the table, parked ones included (no trap ever looks those up,
@@ -400,6 +408,12 @@ struct Run<'a> {
     parts: Parts,
     /// `text_mutex`, while this commit writes.
     held: Option<TextMutexGuard<'a>>,
+    /// Writes planned and not made yet, all of one step ([`Run::flush`] makes them).
+    queued: KVec<TextWrite<'a>>,
+    /// The part of the commit's time those writes count to.
+    queued_part: Part,
+    /// Writes made since the last `cond_resched()`.
+    since_resched: u32,
 }
 
 impl<'a> Run<'a> {
@@ -451,6 +465,32 @@ impl<'a> Run<'a> {
                 _ => step,
             };
             let part = part_of(step, self.stats.syncs);
+            let queued = match step {
+                Step::WriteGuard(i) => self.queue(i, 0, <This as Arch>::GUARD, part),
+                Step::WriteTail(i) => self
+                    .entry(i)
+                    .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
+                Step::WriteHead(i) => self.entry(i).and_then(|e| {
+                    let head = e
+                        .change
+                        .new
+                        .as_slice()
+                        .get(..<This as Arch>::HEAD_LEN)
+                        .ok_or(EINVAL)?;
+                    self.queue(i, 0, head, part)
+                }),
+                // Every other step comes after the writes queued before it.
+                _ => self.flush().map(|()| false),
+            };
+            match queued {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    self.release_text();
+                    self.recover();
+                    return Err(e);
+                }
+            }
             let step_start = clock::now();
             let done = match step {
                 // The batch is published around the whole run (see `Batch::commit`).
@@ -479,18 +519,9 @@ impl<'a> Run<'a> {
                 Step::Emit(i) => self.emit(i, Emit::Change),
                 Step::EmitBefore(i) => self.emit(i, Emit::Before),
                 Step::EmitAfter(i) => self.emit(i, Emit::Change),
-                Step::WriteGuard(i) => self.write(i, 0, <This as Arch>::GUARD),
-                Step::WriteTail(i) => {
-                    let new = self.entry(i)?.change.new;
-                    self.write(i, 1, new.tail())
-                }
-                Step::WriteHead(i) => {
-                    let new = self.entry(i)?.change.new;
-                    let head = new
-                        .as_slice()
-                        .get(..<This as Arch>::HEAD_LEN)
-                        .ok_or(EINVAL)?;
-                    self.write(i, 0, head)
+                Step::WriteGuard(_) | Step::WriteTail(_) | Step::WriteHead(_) => {
+                    pr_err!("batch {}: a write step was not queued\n", self.id);
+                    Err(EINVAL)
                 }
                 Step::WriteWhole(i) => {
                     let new = self.entry(i)?.change.new;
@@ -516,7 +547,68 @@ impl<'a> Run<'a> {
                 return Err(e);
             }
         }
+        if let Err(e) = self.flush() {
+            self.release_text();
+            self.recover();
+            return Err(e);
+        }
         self.release_text();
+        Ok(())
+    }
+
+    /// Queues the write of `bytes` at offset `offset` of change `i`'s site, counted to `part`;
+    /// makes the queued writes first if they count to another part, and all of them if the
+    /// queue is then full. Returns `true`: the step is done (for `plan`'s match).
+    fn queue(&mut self, i: usize, offset: u64, bytes: &'a [u8], part: Part) -> Result<bool> {
+        let e = self.entry(i)?;
+        if bytes.is_empty() {
+            pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
+            return Err(EINVAL);
+        }
+        if self.queued_part != part {
+            self.flush()?;
+            self.queued_part = part;
+        }
+        self.queued.push(
+            TextWrite {
+                addr: e.addr.wrapping_add(offset),
+                bytes,
+            },
+            GFP_KERNEL,
+        )?;
+        if self.queued.len() >= WRITE_RUN {
+            self.flush()?;
+        }
+        Ok(true)
+    }
+
+    /// Makes the queued writes (`Arch::write_many`), taking `text_mutex` if needed, and adds
+    /// the time to their part.
+    fn flush(&mut self) -> Result {
+        if self.queued.is_empty() {
+            return Ok(());
+        }
+        let n = u32::try_from(self.queued.len()).map_err(|_| EINVAL)?;
+        if self.since_resched >= WRITES_PER_RESCHED {
+            // As in `write`: before writes, never after the last ones.
+            cpu::cond_resched();
+            self.since_resched = 0;
+        }
+        let start = clock::now();
+        let series = &self.engine.series;
+        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        let made = This::write_many(&series.arch, held, &self.queued);
+        // SAFETY: 0 is at most the capacity, and leaves no element to initialize; the writes are
+        // `Copy`, so dropping them by forgetting them is what dropping them would do.
+        unsafe { self.queued.set_len(0) };
+        add_part(
+            &mut self.parts,
+            self.queued_part,
+            clock::now().saturating_sub(start),
+        );
+        made?;
+        self.stats.writes = self.stats.writes.saturating_add(n);
+        self.since_resched = self.since_resched.saturating_add(n);
         Ok(())
     }
 

@@ -11,7 +11,7 @@ mod selftest_site;
 mod series;
 mod text;
 
-use crate::arch::{Arch, ArchCase, TrapSite};
+use crate::arch::{Arch, ArchCase, TextWrite, TrapSite};
 use crate::insn::{InsnBytes, InsnError, Op};
 use crate::pt_regs::PtRegs;
 use crate::series::{Resolver, TextMutexGuard};
@@ -114,6 +114,14 @@ impl Arch for This {
         bytes: &[u8],
     ) -> Result {
         text::write(series, held, addr, bytes)
+    }
+
+    fn write_many(
+        series: &series::Series,
+        held: &TextMutexGuard<'_>,
+        writes: &[TextWrite<'_>],
+    ) -> Result {
+        text::write_many(series, held, writes)
     }
 
     fn sync_all() {

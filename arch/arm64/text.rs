@@ -3,8 +3,13 @@
 //! Writing arm64 text and making every CPU's instruction stream see it.
 
 use super::series::Series;
+use crate::arch::TextWrite;
 use crate::series::TextMutexGuard;
-use kernel::{bindings, ffi::c_void, prelude::*};
+use kernel::{
+    bindings,
+    ffi::{c_int, c_void},
+    prelude::*,
+};
 
 /// Writes the 4-byte instruction `bytes` at `addr`, then cleans and invalidates it to the point
 /// of unification so that any CPU that fetches it afterwards gets the new bytes.
@@ -29,6 +34,42 @@ pub(super) fn write(
     kernel::error::to_result(ret)?;
     // SAFETY: Cache maintenance by virtual address on the instruction just written.
     unsafe { bindings::caches_clean_inval_pou(addr as usize, (addr as usize).wrapping_add(4)) };
+    Ok(())
+}
+
+/// Instructions handed to `aarch64_insn_write_many()` per call: its arrays live on this stack
+/// frame.
+const WRITES_PER_CALL: usize = 64;
+
+/// Makes `writes` in order with `aarch64_insn_write_many()` (patch 0010), which maps a page
+/// once for consecutive instructions in it: one broadcast TLB invalidation per page rather than
+/// per instruction. Then the same cache maintenance as [`write`], on each.
+pub(super) fn write_many(
+    series: &Series,
+    _held: &TextMutexGuard<'_>,
+    writes: &[TextWrite<'_>],
+) -> Result {
+    let mut addrs = [core::ptr::null_mut::<c_void>(); WRITES_PER_CALL];
+    let mut insns = [0u32; WRITES_PER_CALL];
+    for chunk in writes.chunks(WRITES_PER_CALL) {
+        for ((a, insn), w) in addrs.iter_mut().zip(insns.iter_mut()).zip(chunk) {
+            let word: [u8; 4] = w.bytes.try_into().map_err(|_| EINVAL)?;
+            *a = w.addr as usize as *mut c_void;
+            *insn = u32::from_le_bytes(word);
+        }
+        let n = c_int::try_from(chunk.len()).map_err(|_| EINVAL)?;
+        // SAFETY: The first `n` entries of both arrays are filled in just above, each a
+        // 4-byte aligned instruction of a registered site or of a kernel change the kernel
+        // handed over (text, validated, pinned by the batch); the function only reads them.
+        let ret =
+            unsafe { (series.aarch64_insn_write_many)(addrs.as_mut_ptr(), insns.as_mut_ptr(), n) };
+        kernel::error::to_result(ret)?;
+        for w in chunk {
+            let addr = w.addr as usize;
+            // SAFETY: Cache maintenance by virtual address on an instruction just written.
+            unsafe { bindings::caches_clean_inval_pou(addr, addr.wrapping_add(4)) };
+        }
+    }
     Ok(())
 }
 

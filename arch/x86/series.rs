@@ -1,17 +1,40 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The x86 exports of the patch series (patch 0003).
+//! The x86 exports of the patch series (patches 0003 and 0009).
 
 use crate::series::{resolve, Resolver};
-use kernel::ffi::c_void;
+use kernel::ffi::{c_int, c_uint, c_void};
 
 /// `text_poke(addr, opcode, len)` (arch/x86/include/asm/text-patching.h).
 type TextPoke = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+
+/// `struct text_poke_write` (arch/x86/include/asm/text-patching.h, patch 0009): one write of
+/// `text_poke_many()`. arch/x86/helpers.c checks this layout against the header.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct TextPokeWrite {
+    /// `addr`: where.
+    pub(super) addr: *mut c_void,
+    /// `opcode`: the bytes.
+    pub(super) opcode: *const c_void,
+    /// `len`: how many.
+    pub(super) len: usize,
+}
+
+// The mirror's layout, as arch/x86/helpers.c asserts it for `struct text_poke_write`.
+kernel::static_assert!(core::mem::size_of::<TextPokeWrite>() == 24);
+kernel::static_assert!(core::mem::offset_of!(TextPokeWrite, opcode) == 8);
+kernel::static_assert!(core::mem::offset_of!(TextPokeWrite, len) == 16);
+
+/// `text_poke_many(writes, nr)` (patch 0009).
+type TextPokeMany = unsafe extern "C" fn(*const TextPokeWrite, c_uint) -> c_int;
 
 /// The x86 functions textpoke needs from the patch series.
 pub(crate) struct Series {
     /// `text_poke()`: writes through a temporary mm.
     pub(crate) text_poke: TextPoke,
+    /// `text_poke_many()`: many writes per temporary-mm session.
+    pub(super) text_poke_many: TextPokeMany,
 }
 
 impl Series {
@@ -19,6 +42,7 @@ impl Series {
     pub(crate) fn resolve(r: &mut Resolver) -> Option<Self> {
         Some(Self {
             text_poke: resolve!(r, "text_poke", TextPoke)?,
+            text_poke_many: resolve!(r, "text_poke_many", TextPokeMany)?,
         })
     }
 }

@@ -2,10 +2,14 @@
 
 //! Writing x86 text and making every CPU's instruction stream see it.
 
-use super::series::Series;
+use super::series::{Series, TextPokeWrite};
+use crate::arch::TextWrite;
 use crate::cpu;
 use crate::series::TextMutexGuard;
-use kernel::{ffi::c_void, prelude::*};
+use kernel::{
+    ffi::{c_uint, c_void},
+    prelude::*,
+};
 
 /// Writes `bytes` at `addr` with `text_poke()`: through a private mm, never a writable alias.
 ///
@@ -27,6 +31,41 @@ pub(super) fn write(
             bytes.len(),
         )
     };
+    Ok(())
+}
+
+/// Writes handed to `text_poke_many()` per call: the C array lives on this stack frame.
+const WRITES_PER_CALL: usize = 32;
+
+/// Makes `writes` in order with `text_poke_many()` (patch 0009), which switches to the
+/// temporary mm once per 16 writes rather than once per write, and maps a page once for
+/// consecutive writes to it. The same rules as [`write`] for each.
+pub(super) fn write_many(
+    series: &Series,
+    _held: &TextMutexGuard<'_>,
+    writes: &[TextWrite<'_>],
+) -> Result {
+    let mut c = [TextPokeWrite {
+        addr: core::ptr::null_mut(),
+        opcode: core::ptr::null(),
+        len: 0,
+    }; WRITES_PER_CALL];
+    for chunk in writes.chunks(WRITES_PER_CALL) {
+        for (slot, w) in c.iter_mut().zip(chunk) {
+            *slot = TextPokeWrite {
+                addr: w.addr as usize as *mut c_void,
+                opcode: w.bytes.as_ptr().cast::<c_void>(),
+                len: w.bytes.len(),
+            };
+        }
+        let n = c_uint::try_from(chunk.len()).map_err(|_| EINVAL)?;
+        // SAFETY: The first `n` entries of `c` are filled in just above, each naming a
+        // registered site or a kernel change the kernel handed over (text, validated, pinned
+        // by the batch) and bytes valid for `len`; `text_mutex` is held as `text_poke_many()`
+        // requires.
+        let ret = unsafe { (series.text_poke_many)(c.as_ptr(), n) };
+        kernel::error::to_result(ret)?;
+    }
     Ok(())
 }
 
