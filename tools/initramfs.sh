@@ -2,7 +2,7 @@
 # Builds the initramfs a textpoke test guest boots from.
 #
 #   tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]
-#                      [--debug-textpoke <textpoke.ko>]
+#                      [--debug-textpoke <textpoke.ko>] [--kernel-ko <kernel's own .ko>]...
 #
 # Contents:
 #   /init                  tools/guest/init (mounts, users, then execs the agent)
@@ -12,6 +12,8 @@
 #   /lib/textpoke/*.ko     every .ko under <modules-dir>, flattened to its file name
 #   /lib/textpoke/debug/textpoke.ko
 #                          the debug build of textpoke, if given (the negative controls)
+#   /lib/textpoke/*.ko     each --kernel-ko: a module of the kernel's own tree (its
+#                          static-key selftest, run while textpoke is the kernel's patcher)
 #   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
 #                          tools/perf-bundle.sh (left out with --no-perf)
 #   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
@@ -27,12 +29,13 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf] [--debug-textpoke <ko>]" >&2
+	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf] [--debug-textpoke <ko>] [--kernel-ko <ko>]..." >&2
 	exit 2
 }
 
 perf=1
 debug_ko=
+kernel_kos=()
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -40,6 +43,11 @@ while [ $# -gt 0 ]; do
 	--debug-textpoke)
 		[ $# -ge 2 ] || usage
 		debug_ko=$2
+		shift
+		;;
+	--kernel-ko)
+		[ $# -ge 2 ] || usage
+		kernel_kos+=("$2")
 		shift
 		;;
 	-h | --help) usage ;;
@@ -140,6 +148,13 @@ while IFS= read -r -d '' ko; do
 	install -m 0644 "$ko" "$stage/lib/textpoke/$name"
 	nko=$((nko + 1))
 done < <(find "$moddir" -name '*.ko' -type f -print0 | sort -z)
+for ko in "${kernel_kos[@]}"; do
+	name=$(basename "$ko")
+	[ -f "$ko" ] || die "kernel module $ko does not exist (a kernel config option missing?)"
+	[ ! -e "$stage/lib/textpoke/$name" ] || die "two modules named $name"
+	[ "$(elf_machine "$ko")" = "$machine" ] || die "$ko is not an $arch module"
+	install -m 0644 "$ko" "$stage/lib/textpoke/$name"
+done
 [ "$nko" -gt 0 ] || log "warning: no .ko files under $moddir"
 if [ -n "$debug_ko" ]; then
 	[ -f "$debug_ko" ] || die "debug textpoke $debug_ko does not exist"

@@ -125,6 +125,51 @@ fn module_keys(kcore: &Kcore, c: &mut Vec<Case>) {
     }
 }
 
+/// The kernel's own static-key selftest (lib/test_static_keys.c, `CONFIG_TEST_STATIC_KEYS=m`),
+/// loaded while textpoke is the kernel's patcher. Its init flips keys of its own and of
+/// test_static_key_base with `static_key_slow_inc`/`_dec` and `static_branch_enable`/`_disable`,
+/// and checks every branch against `static_key_enabled()`: a mismatch fails the load with
+/// `EINVAL`. textpoke's kernel counters must show that the flips went through it.
+fn kernel_selftest(c: &mut Vec<Case>) {
+    const NAME: &str = "kernel_static_keys_selftest";
+    let before = counters();
+    let loaded =
+        crate::load("test_static_key_base", "").and_then(|()| crate::load("test_static_keys", ""));
+    let after = counters();
+    let delta = |k: &str| {
+        after
+            .get(k)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(before.get(k).copied().unwrap_or(0))
+    };
+    let detail = format!(
+        "through textpoke: {} batches, {} sites, {} records, {} syncs, {} failed, {} handed back",
+        delta("kernel.batches"),
+        delta("kernel.sites"),
+        delta("kernel.records"),
+        delta("kernel.syncs"),
+        delta("kernel.failed"),
+        delta("kernel.declined"),
+    );
+    log(&format!("kernel patching: {NAME}: {detail}"));
+    c.push(match loaded {
+        Ok(()) => Case::check(
+            NAME,
+            delta("kernel.sites") > 0
+                && delta("kernel.records") == delta("kernel.sites")
+                && delta("kernel.failed") == 0,
+            detail,
+        ),
+        Err(e) => Case::fail(NAME, format!("{e}; {detail}")),
+    });
+    for m in ["test_static_keys", "test_static_key_base"] {
+        if let Err(e) = sys::unload_module(m) {
+            c.push(Case::fail(format!("{NAME}_unload_{m}"), e.to_string()));
+        }
+    }
+}
+
 /// arm64 `MOV X9, X30`, the first instruction of an ftrace-patchable function.
 const MOV_X9_X30: u32 = 0xaa1e_03e9;
 
@@ -502,6 +547,7 @@ pub fn cases(kcore: &Kcore) -> Case {
     };
     let mut c = Vec::new();
     module_keys(kcore, &mut c);
+    kernel_selftest(&mut c);
     pair(
         &mut c,
         ("sched_schedstats_on", "sched_schedstats_off"),
