@@ -345,6 +345,29 @@ fn kernel_record_control(kcore: &Kcore) -> Case {
     }
 }
 
+/// The kernel's static-key selftest (`kernel_static_keys_selftest`) with one record dropped per
+/// kernel batch (defect 8): its check of one record per site must fail. The selftest itself
+/// passes: the text is right, only the record stream is short.
+fn kernel_selftest_control() -> Case {
+    const NAME: &str = "control_kernel_selftest_dropped_record_caught";
+    let run = || -> Result<String, String> {
+        let (_, case) = under_defect(8, |_| Ok(crate::kernel_patching::kernel_selftest_case()))?;
+        reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
+        if case.passed() {
+            Err("not caught: the selftest's check passed".into())
+        } else {
+            Ok(format!(
+                "the selftest's check failed: {}",
+                crate::kernel_patching::diagnostic(&case)
+            ))
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// The production build has no debug switch at all; then every control on the debug build.
 /// Ends with the production modules loaded again.
 pub fn cases(kcore: &Kcore) -> Case {
@@ -369,6 +392,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         children.push(observer_control(kcore));
         children.push(before_after_observed(kcore));
         children.push(kernel_record_control(kcore));
+        children.push(kernel_selftest_control());
         if crate::is_x86() {
             children.push(foreign_int3_control());
         }
