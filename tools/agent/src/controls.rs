@@ -321,50 +321,27 @@ fn control(c: &Control, kcore: &Kcore) -> Case {
     }
 }
 
-/// The kernel's own changes (kernel/patcher.rs) with one record dropped per batch (defect 8,
-/// which kernel batches get too): the kcore replay of `kernel_patching` must fail.
-fn kernel_record_control(kcore: &Kcore) -> Case {
-    const NAME: &str = "control_kernel_dropped_record_caught";
+/// Runs the kernel check `case` under one record dropped per batch (defect 8, which kernel
+/// batches get too), reloads the correct engine, runs `after` (to put things back through it),
+/// and passes if the check failed.
+fn kernel_record_control(name: &str, case: impl FnOnce() -> Case, after: impl FnOnce()) -> Case {
     let run = || -> Result<String, String> {
-        let (_, case) = under_defect(8, |_| Ok(crate::kernel_patching::schedstats_case(kcore)))?;
-        // Back to the key's default through the correct engine's path.
+        let (_, case) = under_defect(8, |_| Ok(case()))?;
         reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
-        crate::kernel_patching::schedstats_case_off(kcore);
+        after();
         if case.passed() {
-            Err("not caught: the sched_schedstats transition passed its checks".into())
+            Err(format!("not caught: {} passed its checks", case.name))
         } else {
             Ok(format!(
-                "the kernel transition failed its checks: {}",
+                "{} failed its checks: {}",
+                case.name,
                 crate::kernel_patching::diagnostic(&case)
             ))
         }
     };
     match run() {
-        Ok(found) => Case::pass(NAME).with_log(found),
-        Err(e) => Case::fail(NAME, e),
-    }
-}
-
-/// The kernel's static-key selftest (`kernel_static_keys_selftest`) with one record dropped per
-/// kernel batch (defect 8): its check of one record per site must fail. The selftest itself
-/// passes: the text is right, only the record stream is short.
-fn kernel_selftest_control() -> Case {
-    const NAME: &str = "control_kernel_selftest_dropped_record_caught";
-    let run = || -> Result<String, String> {
-        let (_, case) = under_defect(8, |_| Ok(crate::kernel_patching::kernel_selftest_case()))?;
-        reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
-        if case.passed() {
-            Err("not caught: the selftest's check passed".into())
-        } else {
-            Ok(format!(
-                "the selftest's check failed: {}",
-                crate::kernel_patching::diagnostic(&case)
-            ))
-        }
-    };
-    match run() {
-        Ok(found) => Case::pass(NAME).with_log(found),
-        Err(e) => Case::fail(NAME, e),
+        Ok(found) => Case::pass(name).with_log(found),
+        Err(e) => Case::fail(name, e),
     }
 }
 
@@ -391,8 +368,20 @@ pub fn cases(kcore: &Kcore) -> Case {
         }
         children.push(observer_control(kcore));
         children.push(before_after_observed(kcore));
-        children.push(kernel_record_control(kcore));
-        children.push(kernel_selftest_control());
+        // The kcore replay of `kernel_patching` must fail; the key goes back to its default
+        // through the correct engine.
+        children.push(kernel_record_control(
+            "control_kernel_dropped_record_caught",
+            || crate::kernel_patching::schedstats_case(kcore),
+            || crate::kernel_patching::schedstats_case_off(kcore),
+        ));
+        // The static-key selftest's one record per site must fail (its own checks pass: the
+        // text is right, only the record stream is short).
+        children.push(kernel_record_control(
+            "control_kernel_selftest_dropped_record_caught",
+            crate::kernel_patching::kernel_selftest_case,
+            || {},
+        ));
         if crate::is_x86() {
             children.push(foreign_int3_control());
         }
