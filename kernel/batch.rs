@@ -77,7 +77,8 @@ pub(crate) struct Batch {
     id: u64,
     /// The changes, one per site, each with everything the plan, the pending table and the
     /// record need.
-    entries: KVec<Entry>,
+    /// `kvmalloc`ed: a kernel batch may hold [`crate::patcher::KERNEL_MAX_SITES`].
+    entries: KVVec<Entry>,
     /// Keeps the modules owning the sites loaded while the batch exists.
     owners: KVec<ModuleRef>,
     committed: bool,
@@ -93,7 +94,7 @@ impl Batch {
     pub(crate) fn new(engine: &Engine) -> Result<Self> {
         Ok(Self {
             id: engine.next_batch_id(),
-            entries: KVec::new(),
+            entries: KVVec::new(),
             owners: KVec::new(),
             committed: false,
             stats: BatchStats::default(),
@@ -105,7 +106,7 @@ impl Batch {
     /// A batch of the kernel's own changes, `entries` (jump labels and ftrace, handed to
     /// textpoke by the patch series: `patcher.rs`). They name no registered site, since the
     /// kernel's own code chose them; everything else is as for any batch.
-    pub(crate) fn kernel(engine: &Engine, entries: KVec<Entry>) -> Result<Self> {
+    pub(crate) fn kernel(engine: &Engine, entries: KVVec<Entry>) -> Result<Self> {
         Ok(Self {
             id: engine.next_batch_id(),
             entries,

@@ -169,6 +169,9 @@ pub(crate) struct Stats {
     pub(crate) kernel: BatchTotals,
     /// Changes the kernel offered that `patcher.rs` handed back to its stock path.
     pub(crate) declined: AtomicU64,
+    /// Changes the kernel handed over that are queued, not yet committed (`patcher.rs`): while
+    /// there are any, the kernel is in the middle of an update and pins textpoke.
+    pub(crate) queued: AtomicU64,
 }
 
 impl Stats {
@@ -191,6 +194,7 @@ impl Stats {
             totals: BatchTotals::default(),
             kernel: BatchTotals::default(),
             declined: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
         })
     }
 
@@ -253,6 +257,7 @@ impl Stats {
             "kernel.declined {}",
             self.declined.load(Ordering::Relaxed)
         )?;
+        writeln!(out, "kernel.queued {}", self.queued.load(Ordering::Relaxed))?;
         writeln!(out, "kernel.traps {}", self.sum(|c| Some(&c.kernel)))?;
         for (kind, name) in <This as Arch>::KIND_NAMES.iter().enumerate() {
             writeln!(out, "traps.{name} {}", self.sum(|c| c.by_kind.get(kind)))?;

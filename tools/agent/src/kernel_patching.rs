@@ -619,29 +619,30 @@ pub fn cases(kcore: &Kcore) -> Case {
 }
 
 /// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes
-/// it handed to it: once the function tracer's enable has had a full batch of 4096 functions
-/// committed (thousands remain in the same update), `delete_module` must fail with
-/// `EWOULDBLOCK` (in use), and textpoke must still be loaded when the enable ends. (Between
-/// two updates, or two phases of one, the kernel holds nothing and textpoke may go: the first
-/// version of this check, which tried after any batch, unloaded it there, and the stock path
-/// finished the enable.) Then the tracer is turned off again and textpoke unloads.
+/// it handed to it: once the function tracer's enable has queued [`MIDWAY`] changes with
+/// textpoke (`kernel.queued`: handed over, not committed yet; thousands remain in the same
+/// update), `delete_module` must fail with `EWOULDBLOCK` (in use), and textpoke must still be
+/// loaded when the enable ends. (Between two updates, or two phases of one, the kernel holds
+/// nothing and textpoke may go: the first version of this check, which tried after any batch,
+/// unloaded it there, and the stock path finished the enable.) Then the tracer is turned off
+/// again and textpoke unloads.
 pub fn unload_refused_mid_update() -> Case {
+    /// Changes queued when the attempt is made: well into the enable, far from its end.
+    const MIDWAY: u64 = 2000;
     const NAME: &str = "unload_refused_mid_update";
     let run = || -> Result<String, String> {
-        let batches = || counters().get("kernel.batches").copied().unwrap_or(0);
-        let sites = || counters().get("kernel.sites").copied().unwrap_or(0);
-        let (b0, s0) = (batches(), sites());
+        let queued = || counters().get("kernel.queued").copied().unwrap_or(0);
         filter("")?;
         let enable = std::thread::spawn(|| tracer("function"));
         let start = std::time::Instant::now();
-        while sites() < s0 + 4096 && !enable.is_finished() {
+        while queued() < MIDWAY && !enable.is_finished() {
             if start.elapsed() > std::time::Duration::from_secs(120) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        let (done_sites, done_batches) = (sites() - s0, batches() - b0);
-        let midway = done_sites >= 4096 && !enable.is_finished();
+        let held = queued();
+        let midway = held >= MIDWAY && !enable.is_finished();
         let tried = sys::unload_module("textpoke");
         let enabled = enable
             .join()
@@ -660,8 +661,8 @@ pub fn unload_refused_mid_update() -> Case {
             return Err("textpoke went away".into());
         }
         Ok(format!(
-            "delete_module(textpoke) in the middle of the function tracer's enable, after \
-             {done_sites} sites in {done_batches} batches: EWOULDBLOCK (in use)"
+            "delete_module(textpoke) in the middle of the function tracer's enable, with \
+             {held} of its changes queued with textpoke: EWOULDBLOCK (in use)"
         ))
     };
     match run() {
