@@ -590,12 +590,13 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let n = u32::try_from(self.queued.len()).map_err(|_| EINVAL)?;
+        // The yield counts to the writes' part, as in `write`.
+        let start = clock::now();
         if self.since_resched >= WRITES_PER_RESCHED {
             // As in `write`: before writes, never after the last ones.
             cpu::cond_resched();
             self.since_resched = 0;
         }
-        let start = clock::now();
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
         let made = This::write_many(&series.arch, held, &self.queued);

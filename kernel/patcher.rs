@@ -57,7 +57,7 @@ enum Declined {
 /// syncs, where the 4096 of a module's batch (`TEXTPOKE_MAX_BATCH`) took five and four. A
 /// batch's guards stand until its last write, so a bigger one makes other CPUs trap for longer
 /// (docs/results.md measures both).
-pub(crate) const KERNEL_MAX_SITES: usize = 16384;
+pub(crate) const KERNEL_MAX_SITES: usize = 8192;
 
 /// What the kernel handed over since its last apply.
 struct State {
