@@ -22,7 +22,7 @@
 //!
 //! Changes accumulate until the kernel applies them, or until [`KERNEL_MAX_SITES`] are queued
 //! or a site comes again (or overlaps a queued one), which first commits what is queued: one
-//! batch per 16384 changes, each with its plan's syncs (three on x86, two on arm64).
+//! batch per 8192 changes, each with its plan's syncs (three on x86, two on arm64).
 
 use crate::arch::{Arch, This};
 use crate::batch::Batch;
@@ -53,10 +53,11 @@ enum Declined {
 }
 
 /// Most of the kernel's changes in one batch: enabling the function tracer on every function
-/// (some 17000 on x86, 13000 on arm64 here) takes two batches on x86 and one on arm64, 6 and 2
-/// syncs, where the 4096 of a module's batch (`TEXTPOKE_MAX_BATCH`) took five and four. A
-/// batch's guards stand until its last write, so a bigger one makes other CPUs trap for longer
-/// (docs/results.md measures both).
+/// (some 17000 on x86, 13000 on arm64 here) takes three batches on x86 and two on arm64, 9 and
+/// 4 syncs, where the 4096 of a module's batch (`TEXTPOKE_MAX_BATCH`) took five and four. A
+/// batch's guards stand until its last write, so the traps on other CPUs grow with its size:
+/// 16384 saved 3 more syncs on x86 and took 2 to 4 times the traps, and more time than it
+/// saved under TCG (docs/results.md).
 pub(crate) const KERNEL_MAX_SITES: usize = 8192;
 
 /// What the kernel handed over since its last apply.
