@@ -6,8 +6,9 @@
 //! naming one of them gets `EBUSY`), and pins their modules and textpoke itself, so neither
 //! can be unloaded while it exists. [`Batch::commit`] runs the planner's steps (`plan.rs`, the
 //! canonical description of the protocol) verbatim, each step one primitive: a text write
-//! (`Arch::write`; a step's consecutive writes go together, `Arch::write_many`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
-//! section run with every other CPU stopped (`stop_machine_cpuslocked()`).
+//! (`Arch::write`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
+//! section run with every other CPU stopped (`stop_machine_cpuslocked()`). A step's writes,
+//! consecutive in the plan, go to the arch together (`Arch::write_many`).
 //!
 //! Several batches may be committed concurrently from different threads: each holds
 //! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
@@ -76,8 +77,8 @@ static_assert!(core::mem::offset_of!(BatchStats, records) == 20);
 pub(crate) struct Batch {
     id: u64,
     /// The changes, one per site, each with everything the plan, the pending table and the
-    /// record need.
-    /// `kvmalloc`ed: a kernel batch may hold [`crate::patcher::KERNEL_MAX_SITES`].
+    /// record need; `kvmalloc`ed, since a kernel batch may hold
+    /// [`crate::patcher::KERNEL_MAX_SITES`].
     entries: KVVec<Entry>,
     /// Keeps the modules owning the sites loaded while the batch exists.
     owners: KVec<ModuleRef>,
