@@ -620,8 +620,8 @@ pub fn cases(kcore: &Kcore) -> Case {
 
 /// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes
 /// it handed to it: once the function tracer's enable has queued [`MIDWAY`] changes with
-/// textpoke (`kernel.queued`: handed over, not committed yet; thousands remain in the same
-/// update), `delete_module` must fail with `EWOULDBLOCK` (in use), and textpoke must still be
+/// textpoke (`kernel.queued`: handed over, not committed yet), or had as many committed,
+/// thousands remaining in the same update, `delete_module` must fail with `EWOULDBLOCK` (in use), and textpoke must still be
 /// loaded when the enable ends. (Between two updates, or two phases of one, the kernel holds
 /// nothing and textpoke may go: the first version of this check, which tried after any batch,
 /// unloaded it there, and the stock path finished the enable.) Then the tracer is turned off
@@ -631,18 +631,26 @@ pub fn unload_refused_mid_update() -> Case {
     const MIDWAY: u64 = 2000;
     const NAME: &str = "unload_refused_mid_update";
     let run = || -> Result<String, String> {
-        let queued = || counters().get("kernel.queued").copied().unwrap_or(0);
+        // (queued, committed) changes of the kernel's.
+        let progress = || {
+            let c = counters();
+            let get = |k: &str| c.get(k).copied().unwrap_or(0);
+            (get("kernel.queued"), get("kernel.sites"))
+        };
+        let (_, s0) = progress();
         filter("")?;
         let enable = std::thread::spawn(|| tracer("function"));
         let start = std::time::Instant::now();
-        while queued() < MIDWAY && !enable.is_finished() {
+        let (mut held, mut done) = (0, 0);
+        while held < MIDWAY && done < MIDWAY && !enable.is_finished() {
             if start.elapsed() > std::time::Duration::from_secs(120) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
+            let (q, s) = progress();
+            (held, done) = (q, s.saturating_sub(s0));
         }
-        let held = queued();
-        let midway = held >= MIDWAY && !enable.is_finished();
+        let midway = (held >= MIDWAY || done >= MIDWAY) && !enable.is_finished();
         let tried = sys::unload_module("textpoke");
         let enabled = enable
             .join()
@@ -650,7 +658,10 @@ pub fn unload_refused_mid_update() -> Case {
         tracer("nop")?;
         enabled?;
         if !midway {
-            return Err("the enable ended before the attempt could be made in its middle".into());
+            return Err(format!(
+                "the enable ended before the attempt could be made in its middle \
+                 (last seen: {held} changes queued, {done} committed)"
+            ));
         }
         match tried {
             Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {}
@@ -662,7 +673,8 @@ pub fn unload_refused_mid_update() -> Case {
         }
         Ok(format!(
             "delete_module(textpoke) in the middle of the function tracer's enable, with \
-             {held} of its changes queued with textpoke: EWOULDBLOCK (in use)"
+             {held} of its changes queued with textpoke and {done} committed: EWOULDBLOCK \
+             (in use)"
         ))
     };
     match run() {
