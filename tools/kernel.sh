@@ -121,7 +121,9 @@ elif [ ! -d "$objtree" ] && [ -f "$cache/kernel/patched/build-$arch/$image" ]; t
 	rm -f "$objtree.tmp/.textpoke-key"
 	mv "$objtree.tmp" "$objtree"
 	grep -h '^+++ b/' "$top"/tools/patches/*.patch | cut -c7- | sort -u | while read -r f; do
-		[ -f "$srcdir/$f" ] && touch "$srcdir/$f"
+		# Files the series adds are not in this tree; under `set -e` a false `[ -f ]` as the
+		# loop's last command failed the whole build (the series' last file is one).
+		[ ! -f "$srcdir/$f" ] || touch "$srcdir/$f"
 	done
 fi
 
