@@ -591,13 +591,9 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let n = u32::try_from(self.queued.len()).map_err(|_| EINVAL)?;
-        // The yield counts to the writes' part, as in `write`.
+        // The yield counts to the writes' part.
         let start = clock::now();
-        if self.since_resched >= WRITES_PER_RESCHED {
-            // As in `write`: before writes, never after the last ones.
-            cpu::cond_resched();
-            self.since_resched = 0;
-        }
+        self.yield_if_due();
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
         let made = This::write_many(&series.arch, held, &self.queued);
@@ -622,19 +618,28 @@ impl<'a> Run<'a> {
             pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
             return Err(EINVAL);
         }
-        if self.stats.writes > 0 && self.stats.writes % WRITES_PER_RESCHED == 0 {
-            // A big batch on a slow machine writes for a long time; let others run, as upstream
-            // text_poke_bp_batch() does since a batch tripped the soft-lockup watchdog. Holding
-            // text_mutex and the hotplug lock across it is fine: both are sleeping locks, and a
-            // guard left in place meanwhile is what the trap handler is for. Before a write,
-            // never after the last one, where there is nothing left to make others wait for.
-            cpu::cond_resched();
-        }
+        self.yield_if_due();
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
         This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
+        self.since_resched = self.since_resched.saturating_add(1);
         Ok(())
+    }
+
+    /// Yields the CPU if [`WRITES_PER_RESCHED`] writes were made since the last yield: called
+    /// before writes (one, or a run of them), never after the last ones, where there is nothing
+    /// left to make others wait for.
+    ///
+    /// A big batch on a slow machine writes for a long time; let others run, as upstream
+    /// text_poke_bp_batch() does since a batch tripped the soft-lockup watchdog. Holding
+    /// text_mutex and the hotplug lock across it is fine: both are sleeping locks, and a guard
+    /// left in place meanwhile is what the trap handler is for.
+    fn yield_if_due(&mut self) {
+        if self.since_resched >= WRITES_PER_RESCHED {
+            cpu::cond_resched();
+            self.since_resched = 0;
+        }
     }
 
     /// Emits change `i`'s `PERF_RECORD_TEXT_POKE` and logs it, under `text_mutex` as upstream

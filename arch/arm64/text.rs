@@ -58,11 +58,12 @@ pub(super) fn write_many(
             *insn = u32::from_le_bytes(word);
         }
         let n = c_int::try_from(chunk.len()).map_err(|_| EINVAL)?;
+        let write_many = series.aarch64_insn_write_many;
+        let (a, i) = (addrs.as_mut_ptr(), insns.as_mut_ptr());
         // SAFETY: The first `n` entries of both arrays are filled in just above, each a
         // 4-byte aligned instruction of a registered site or of a kernel change the kernel
         // handed over (text, validated, pinned by the batch); the function only reads them.
-        let ret =
-            unsafe { (series.aarch64_insn_write_many)(addrs.as_mut_ptr(), insns.as_mut_ptr(), n) };
+        let ret = unsafe { write_many(a, i, n) };
         kernel::error::to_result(ret)?;
         for w in chunk {
             let addr = w.addr as usize;

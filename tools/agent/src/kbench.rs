@@ -78,13 +78,8 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                     continue;
                 }
                 // `counters()` keeps textpoke's `kernel.*` lines, prefix and all.
-                let d = |k: &str| {
-                    let k = format!("kernel.{k}");
-                    c1.get(&k)
-                        .copied()
-                        .unwrap_or(0)
-                        .saturating_sub(c0.get(&k).copied().unwrap_or(0))
-                };
+                let moved = crate::kernel_patching::counters_moved(&c0, &c1);
+                let d = |k: &str| moved.get(&format!("kernel.{k}")).copied().unwrap_or(0);
                 taken_by_textpoke += if path == "textpoke" { d("sites") } else { 0 };
                 samples += 1;
                 log(&format!(

@@ -137,14 +137,8 @@ pub fn kernel_selftest_case() -> Case {
     let before = counters();
     let loaded =
         crate::load("test_static_key_base", "").and_then(|()| crate::load("test_static_keys", ""));
-    let after = counters();
-    let delta = |k: &str| {
-        after
-            .get(k)
-            .copied()
-            .unwrap_or(0)
-            .saturating_sub(before.get(k).copied().unwrap_or(0))
-    };
+    let moved = counters_moved(&before, &counters());
+    let delta = |k: &str| moved.get(k).copied().unwrap_or(0);
     let detail = format!(
         "through textpoke: {} batches, {} sites, {} records, {} syncs, {} failed, {} handed back",
         delta("kernel.batches"),
@@ -225,6 +219,22 @@ pub(crate) fn counters() -> BTreeMap<String, u64> {
         .into_iter()
         .filter(|(k, _)| k.starts_with("kernel."))
         .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect()
+}
+
+/// How textpoke's `kernel.*` counters moved from `before` to `after` (see [`counters`]).
+pub(crate) fn counters_moved(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
         .collect()
 }
 
@@ -332,10 +342,7 @@ fn transition(
     };
     let replayed = checks::replay(base, &before, &after, &pokes)?;
     one_record_per_change(&pokes)?;
-    let delta = c1
-        .iter()
-        .map(|(k, v)| (k.clone(), v.saturating_sub(c0.get(k).copied().unwrap_or(0))))
-        .collect();
+    let delta = counters_moved(&c0, &c1);
     Ok(Transition {
         pokes,
         all,
