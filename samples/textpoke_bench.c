@@ -28,12 +28,19 @@
  * textpoke's flip, stop_machine redoes it).
  *
  * While a mode runs, a kthread on every online CPU executes 64 of the sites in a loop and
- * records the longest gap between two of its executions: the worst stall patching caused.
+ * records the longest gap between two of its executions: the worst stall patching caused. It
+ * also sorts every gap into a histogram (16 buckets per power of two of nanoseconds), one for
+ * the 5 ms before the flip and one for the flip itself: a CPU that traps on a guard takes a
+ * gap that many times a plain execution's, so the host can count the trapped executions and
+ * what each cost, the same way for textpoke and for the kernel's own mechanism (which counts
+ * neither), and check the count against textpoke's own trap counter.
  *
  * Interface: /sys/kernel/debug/textpoke_bench/{control,result}. Write
  * "run mode=<mode> n=<N> reps=<R>" to control; result then holds one line per repetition:
- * "mode n rep nsecs syncs records max_stall_ns on", where on is 1 if the flip switched the
- * branches on. Write "reset" to switch every site and key off (untimed); a run with another N
+ * "mode n rep nsecs syncs records max_stall_ns on q=<hist> f=<hist>", where on is 1 if the flip
+ * switched the branches on and q and f are the gap histograms before and during the flip,
+ * summed over CPUs, as "bucket:count" pairs separated by commas (buckets with a count only; see
+ * gap_bucket()). Write "reset" to switch every site and key off (untimed); a run with another N
  * than the sites were left at does that first. The guest agent counts IPIs around each
  * command with /proc/interrupts.
  */
@@ -59,6 +66,35 @@
 #define MAX_SITES TEXTPOKE_MAX_BATCH
 #define STRIDE 32
 #define EXEC_SITES 64
+
+/*
+ * The executors' gap histograms: gaps below 16 ns one bucket per nanosecond, then 16 buckets
+ * per power of two (6% wide) up to 2^30 ns; longer gaps go to the last bucket.
+ */
+#define GAP_SUB_BITS 4
+#define GAP_SUB BIT(GAP_SUB_BITS)
+#define GAP_MAX_ORDER 29
+#define GAP_BUCKETS (GAP_SUB + (GAP_MAX_ORDER - GAP_SUB_BITS + 1) * GAP_SUB)
+
+/* Which histogram an executor's gaps go to: before the flip, during it, or none (after). */
+enum window { W_BEFORE, W_FLIP, W_AFTER };
+
+struct gap_hist {
+	u32 count[W_AFTER][GAP_BUCKETS];
+};
+
+static unsigned int gap_bucket(u64 ns)
+{
+	unsigned int order;
+
+	if (ns < GAP_SUB)
+		return ns;
+	order = min_t(unsigned int, ilog2(ns), GAP_MAX_ORDER);
+	if (order == GAP_MAX_ORDER && ns >= (2ULL << GAP_MAX_ORDER))
+		return GAP_BUCKETS - 1;
+	return GAP_SUB + (order - GAP_SUB_BITS) * GAP_SUB +
+	       ((ns >> (order - GAP_SUB_BITS)) & (GAP_SUB - 1));
+}
 
 /*
  * textpoke's (and nosync's, and stop_machine's) sites: MAX_SITES functions at a 32-byte stride,
@@ -185,12 +221,13 @@ struct rep_result {
 	bool on;
 	u64 nsecs, max_stall;
 	u32 syncs, records;
+	struct gap_hist *hist;	/* summed over CPUs */
 };
 
 static struct {
 	struct mutex lock;		/* one command at a time */
 	struct rep_result *results;
-	int nresults;
+	int nresults, nalloc;
 	u8 on_bytes[MAX_SITES][SITE_LEN], off_bytes[SITE_LEN];
 	/*
 	 * Our sites: the first text_n hold their branch, the others the NOP; textpoke last wrote
@@ -202,6 +239,8 @@ static struct {
 	int (*const *exec_ref)(void);	/* static_key mode: the key's sites */
 	int exec_count;
 	u64 __percpu *max_gap;
+	struct gap_hist __percpu *hist;
+	enum window window;
 	struct task_struct **threads;
 } bench;
 
@@ -219,10 +258,14 @@ static int executor(void *data)
 			bench.exec_ref[i]();
 		else
 			call_site(i);
+		enum window w = READ_ONCE(bench.window);
+
 		now = local_clock();
 		gap = now - last;
 		if (gap > *per_cpu_ptr(bench.max_gap, cpu))
 			*per_cpu_ptr(bench.max_gap, cpu) = gap;
+		if (w < W_AFTER)
+			per_cpu_ptr(bench.hist, cpu)->count[w][gap_bucket(gap)]++;
 		last = now;
 		if (++n % 128 == 0) {
 			cond_resched();
@@ -243,8 +286,11 @@ static int start_executors(enum mode mode, int n, int (*const *ref)(void))
 	bench.exec_mode = mode;
 	bench.exec_ref = ref;
 	bench.exec_count = min(n, EXEC_SITES);
-	for_each_possible_cpu(cpu)
+	WRITE_ONCE(bench.window, W_BEFORE);
+	for_each_possible_cpu(cpu) {
 		*per_cpu_ptr(bench.max_gap, cpu) = 0;
+		memset(per_cpu_ptr(bench.hist, cpu), 0, sizeof(struct gap_hist));
+	}
 	for_each_online_cpu(cpu) {
 		struct task_struct *t = kthread_create_on_cpu(executor, NULL, cpu, "textpoke_bench/%u");
 
@@ -259,19 +305,31 @@ static int start_executors(enum mode mode, int n, int (*const *ref)(void))
 	return 0;
 }
 
-static u64 stop_executors(void)
+/* Stops the executors; returns the worst gap and adds their histograms to sum (if any). */
+static u64 stop_executors_into(struct gap_hist *sum)
 {
 	unsigned int cpu;
 	u64 worst = 0;
+	int w, b;
 
 	for_each_possible_cpu(cpu) {
+		struct gap_hist *h = per_cpu_ptr(bench.hist, cpu);
+
 		if (bench.threads[cpu]) {
 			kthread_stop_put(bench.threads[cpu]);
 			bench.threads[cpu] = NULL;
 		}
 		worst = max(worst, *per_cpu_ptr(bench.max_gap, cpu));
+		for (w = 0; sum && w < W_AFTER; w++)
+			for (b = 0; b < GAP_BUCKETS; b++)
+				sum->count[w][b] += h->count[w][b];
 	}
 	return worst;
+}
+
+static u64 stop_executors(void)
+{
+	return stop_executors_into(NULL);
 }
 
 /* Writes the first n sites with their branch (on) or the NOP in one textpoke batch. */
@@ -441,6 +499,19 @@ static bool next_state(enum mode mode, struct static_key_false *key)
 	}
 }
 
+/* Frees the last command's results, including a failed repetition's histogram. */
+static void free_results(void)
+{
+	int i;
+
+	for (i = 0; bench.results && i < bench.nalloc; i++)
+		kfree(bench.results[i].hist);
+	kfree(bench.results);
+	bench.results = NULL;
+	bench.nalloc = 0;
+	bench.nresults = 0;
+}
+
 static int run_mode(enum mode mode, int n, int reps)
 {
 	struct static_key_false *key = NULL;
@@ -488,11 +559,16 @@ static int run_mode(enum mode mode, int n, int reps)
 		if (ret)
 			break;
 		msleep(5);
+		WRITE_ONCE(bench.window, W_FLIP);
 		start = local_clock();
 		ret = flip(mode, n, r->on, key, r);
 		r->nsecs = local_clock() - start;
+		WRITE_ONCE(bench.window, W_AFTER);
 		msleep(5);
-		r->max_stall = stop_executors();
+		r->hist = kzalloc(sizeof(*r->hist), GFP_KERNEL);
+		r->max_stall = stop_executors_into(r->hist);
+		if (!r->hist && !ret)
+			ret = -ENOMEM;
 		if (ret)
 			break;
 		if (mode == M_TEXTPOKE)
@@ -500,8 +576,9 @@ static int run_mode(enum mode mode, int n, int reps)
 		else if (mode == M_NOSYNC || mode == M_STOP_MACHINE)
 			bench.text_n = r->on ? n : 0;
 	}
-	kfree(bench.results);
+	free_results();
 	bench.results = results;
+	bench.nalloc = reps;
 	bench.nresults = rep;
 	return ret;
 }
@@ -546,8 +623,22 @@ static int result_show(struct seq_file *m, void *v)
 	for (i = 0; i < bench.nresults; i++) {
 		struct rep_result *r = &bench.results[i];
 
-		seq_printf(m, "%s %d %d %llu %u %u %llu %d\n", mode_names[r->mode], r->n, r->rep,
+		int w, b;
+
+		seq_printf(m, "%s %d %d %llu %u %u %llu %d", mode_names[r->mode], r->n, r->rep,
 			   r->nsecs, r->syncs, r->records, r->max_stall, r->on);
+		for (w = 0; w < W_AFTER; w++) {
+			const char *sep = "";
+
+			seq_puts(m, w == W_BEFORE ? " q=" : " f=");
+			for (b = 0; b < GAP_BUCKETS; b++) {
+				if (!r->hist->count[w][b])
+					continue;
+				seq_printf(m, "%s%d:%u", sep, b, r->hist->count[w][b]);
+				sep = ",";
+			}
+		}
+		seq_putc(m, '\n');
 	}
 	mutex_unlock(&bench.lock);
 	return 0;
@@ -581,8 +672,9 @@ static int __init bench_init(void)
 
 	mutex_init(&bench.lock);
 	bench.max_gap = alloc_percpu(u64);
+	bench.hist = alloc_percpu(struct gap_hist);
 	bench.threads = kcalloc(nr_cpu_ids, sizeof(*bench.threads), GFP_KERNEL);
-	if (!bench.max_gap || !bench.threads) {
+	if (!bench.max_gap || !bench.hist || !bench.threads) {
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -604,6 +696,7 @@ static int __init bench_init(void)
 	return 0;
 fail:
 	kfree(bench.threads);
+	free_percpu(bench.hist);
 	free_percpu(bench.max_gap);
 	return ret;
 }
@@ -619,8 +712,9 @@ static void __exit bench_exit(void)
 	mutex_unlock(&bench.lock);
 	for (i = 0; i < MAX_SITES; i++)
 		textpoke_unregister_site(THIS_MODULE, site_addr(i));
-	kfree(bench.results);
+	free_results();
 	kfree(bench.threads);
+	free_percpu(bench.hist);
 	free_percpu(bench.max_gap);
 }
 module_exit(bench_exit);

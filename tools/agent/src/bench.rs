@@ -14,8 +14,9 @@
 //! check that each measurement ran.
 //!
 //! `textpoke.bench_reps=K` on the kernel command line runs K rounds at every size and
-//! `textpoke.bench_sizes=1,16` only those sizes, and `textpoke.bench_only=kernel` only the
-//! kernel's own patching (kbench.rs) (for a quick look; `make bench` uses none of them).
+//! `textpoke.bench_sizes=1,16` only those sizes, `textpoke.bench_only=kernel` only the
+//! kernel's own patching (kbench.rs) and `textpoke.bench_only=flips` only the flips (for a
+//! quick look; `make bench` uses none of them).
 
 use std::collections::BTreeMap;
 use textpoke_agent::ktap::{Case, Ktap};
@@ -71,7 +72,8 @@ fn control(command: &str) -> Result<(), String> {
         .map_err(|e| format!("`{command}`: {e}"))
 }
 
-/// One line of the module's `result`: `mode n rep nsecs syncs records max_stall_ns on`.
+/// One line of the module's `result`:
+/// `mode n rep nsecs syncs records max_stall_ns on q=<hist> f=<hist>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rep {
     nsecs: u64,
@@ -79,11 +81,25 @@ struct Rep {
     records: u64,
     stall_ns: u64,
     on: bool,
+    /// The executors' gap histograms before and during the flip, as (bucket, count) pairs.
+    before: Vec<(u32, u64)>,
+    flip: Vec<(u32, u64)>,
+}
+
+/// A histogram field's value: `bucket:count` pairs separated by commas, or nothing.
+fn parse_hist(text: &str) -> Option<Vec<(u32, u64)>> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (b, c) = pair.split_once(':')?;
+            Some((b.parse().ok()?, c.parse().ok()?))
+        })
+        .collect()
 }
 
 fn parse_rep(line: &str) -> Option<Rep> {
     let w: Vec<&str> = line.split_whitespace().collect();
-    let [_, _, _, nsecs, syncs, records, stall, on] = w.as_slice() else {
+    let [_, _, _, nsecs, syncs, records, stall, on, q, f] = w.as_slice() else {
         return None;
     };
     Some(Rep {
@@ -92,7 +108,40 @@ fn parse_rep(line: &str) -> Option<Rep> {
         records: records.parse().ok()?,
         stall_ns: stall.parse().ok()?,
         on: *on == "1",
+        before: parse_hist(q.strip_prefix("q=")?)?,
+        flip: parse_hist(f.strip_prefix("f=")?)?,
     })
+}
+
+/// Histogram pairs per `textpoke-gaps:` line: the console takes lines of at most 1024 bytes
+/// (`/dev/kmsg` refuses longer ones), and a pair is at most 18 bytes.
+const PAIRS_PER_LINE: usize = 40;
+
+/// A sample's gap histograms as `textpoke-gaps:` JSON lines, each with the sample's place and up
+/// to [`PAIRS_PER_LINE`] pairs of one window (the runner joins them: tools/runner/src/bench.rs).
+/// A window without pairs still gets a line, so that the runner knows it was measured.
+fn gaps_json(p: &Place, rep: &Rep) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (window, hist) in [("before", &rep.before), ("flip", &rep.flip)] {
+        let chunks: Vec<&[(u32, u64)]> = if hist.is_empty() {
+            vec![&[]]
+        } else {
+            hist.chunks(PAIRS_PER_LINE).collect()
+        };
+        for chunk in chunks {
+            let pairs: Vec<String> = chunk.iter().map(|(b, c)| format!("[{b},{c}]")).collect();
+            lines.push(format!(
+                "{{\"arch\":\"{}\",\"mode\":\"{}\",\"n\":{},\"round\":{},\"window\":\"{window}\",\
+                 \"pairs\":[{}]}}",
+                arch(),
+                p.mode,
+                p.n,
+                p.round,
+                pairs.join(",")
+            ));
+        }
+    }
+    lines
 }
 
 /// Where a sample came from: which mode, size and round, of how many rounds, on how many CPUs.
@@ -225,10 +274,15 @@ pub fn run(ktap: &mut Ktap) {
         super::print_document(ktap, selftest, "textpoke_bench", cases);
         return;
     }
-    super::log("bench: retargeting a hardware breakpoint (seed 004)");
-    let mut cases = super::retarget::run(arch(), cpus, log);
-    super::log("bench: the kernel's own patching, through textpoke and stock");
-    cases.extend(super::kbench::run(arch(), cpus, log));
+    let mut cases = Vec::new();
+    if sys::cmdline_param("textpoke.bench_only").as_deref() == Some("flips") {
+        super::log("bench: the flips only");
+    } else {
+        super::log("bench: retargeting a hardware breakpoint (seed 004)");
+        cases.extend(super::retarget::run(arch(), cpus, log));
+        super::log("bench: the kernel's own patching, through textpoke and stock");
+        cases.extend(super::kbench::run(arch(), cpus, log));
+    }
     // The flips compare textpoke with the kernel's own static keys, which must then take the
     // stock path: textpoke is not the kernel's patcher here.
     let (loaded, selftest) = super::load_textpoke("kernel_patcher=0");
@@ -273,6 +327,9 @@ pub fn run(ktap: &mut Ktap) {
                                 "textpoke-bench: {}",
                                 sample_json(&place, &rep, ipis, engine.as_ref())
                             ));
+                            for line in gaps_json(&place, &rep) {
+                                log(&format!("textpoke-gaps: {line}"));
+                            }
                             entry.0 += 1;
                         }
                         Err(e) => entry.1 = Some(e),
@@ -305,17 +362,21 @@ mod tests {
     #[test]
     fn result_line() {
         assert_eq!(
-            parse_rep("textpoke 16 0 407941 2 16 24254 1"),
+            parse_rep("textpoke 16 0 407941 2 16 24254 1 q=3:10,97:2 f="),
             Some(Rep {
                 nsecs: 407941,
                 syncs: 2,
                 records: 16,
                 stall_ns: 24254,
-                on: true
+                on: true,
+                before: vec![(3, 10), (97, 2)],
+                flip: vec![],
             })
         );
-        assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254"), None);
-        assert_eq!(parse_rep("textpoke 16 0 x 2 16 24254 0"), None);
+        assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254 1"), None);
+        assert_eq!(parse_rep("textpoke 16 0 x 2 16 24254 0 q= f="), None);
+        assert_eq!(parse_rep("textpoke 16 0 1 2 16 24254 0 q=3 f="), None);
+        assert_eq!(parse_rep("textpoke 16 0 1 2 16 24254 0 f= q="), None);
     }
 
     fn parse_engine_counters(text: &str) -> Result<Engine, String> {
@@ -350,7 +411,7 @@ mod tests {
 
     #[test]
     fn sample_line_is_json_the_runner_reads() {
-        let rep = parse_rep("static_key 4096 3 2969931 0 0 8644 0").unwrap();
+        let rep = parse_rep("static_key 4096 3 2969931 0 0 8644 0 q=40:7 f=40:5,120:1").unwrap();
         let place = Place {
             mode: "static_key",
             n: 4096,
@@ -364,5 +425,44 @@ mod tests {
             "\"round\":3,\"rounds\":20,\"ns\":2969931,\"on\":false,\"syncs\":0,\"records\":0,\
              \"call_ipis\":291,\"stall_ns\":8644}"
         ));
+        let gaps = gaps_json(&place, &rep);
+        assert_eq!(gaps.len(), 2);
+        assert!(
+            gaps[0].ends_with("\"n\":4096,\"round\":3,\"window\":\"before\",\"pairs\":[[40,7]]}")
+        );
+        assert!(gaps[1].ends_with("\"window\":\"flip\",\"pairs\":[[40,5],[120,1]]}"));
+    }
+
+    #[test]
+    fn gap_lines_fit_the_console() {
+        // The longest histogram the module can print: every bucket, with the largest counts.
+        let hist: Vec<(u32, u64)> = (0..432).map(|b| (b, u64::from(u32::MAX))).collect();
+        let rep = Rep {
+            nsecs: 1,
+            syncs: 0,
+            records: 0,
+            stall_ns: 0,
+            on: false,
+            before: hist.clone(),
+            flip: Vec::new(),
+        };
+        let place = Place {
+            mode: "stop_machine",
+            n: 4096,
+            round: 999,
+            rounds: 1000,
+            cpus: 4,
+        };
+        let lines = gaps_json(&place, &rep);
+        // 432 pairs in lines of 40, and one line for the empty window.
+        assert_eq!(lines.len(), 11 + 1);
+        for line in &lines {
+            assert!(
+                line.len() + "textpoke-gaps: \n".len() < 1024,
+                "{}",
+                line.len()
+            );
+        }
+        assert!(lines[11].ends_with("\"window\":\"flip\",\"pairs\":[]}"));
     }
 }

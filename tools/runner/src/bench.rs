@@ -80,6 +80,10 @@ pub struct Sample {
     /// `Part` in kernel/stats.rs), in nanoseconds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parts: BTreeMap<String, u64>,
+    /// The executors' gap histograms before and during the flip (`textpoke-gaps:` lines,
+    /// gaps.rs), if the log has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gaps: Option<crate::gaps::Gaps>,
 }
 
 /// The samples of a log, and the sample lines that could not be read (`line N: why`).
@@ -93,10 +97,11 @@ pub struct Parsed {
 
 /// Reads the `textpoke-bench:` lines of a console log.
 pub fn parse_log(log: &str) -> Parsed {
-    let (samples, problems) = parse_lines(log, PREFIX, |s: &mut Sample| {
+    let (mut samples, mut problems) = parse_lines(log, PREFIX, |s: &mut Sample| {
         s.arch = runner_arch(&s.arch);
         Ok(())
     });
+    problems.extend(crate::gaps::attach(log, &mut samples));
     Parsed { samples, problems }
 }
 
@@ -285,6 +290,10 @@ pub struct ConfigStats {
     /// the breakdown, by part.
     #[serde(default)]
     pub parts: BTreeMap<String, f64>,
+    /// The trapped executions during the flips and what each cost, from the executors' gap
+    /// histograms (gaps.rs), if the samples carry them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trapped: Option<crate::gaps::Trapped>,
 }
 
 /// textpoke's median time over another mode's at one N, with its confidence interval.
@@ -424,6 +433,7 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
                     .collect::<Vec<_>>(),
             ),
             parts: median_parts(&of),
+            trapped: crate::gaps::trapped(&of),
         });
     }
     let mut ratios = Vec::new();
@@ -803,6 +813,10 @@ fn flips_markdown(r: &ArchReport) -> String {
         let _ = writeln!(out);
         out.push_str(&breakdown);
     }
+    if let Some(traps) = crate::gaps::markdown(r) {
+        let _ = writeln!(out);
+        out.push_str(&traps);
+    }
     out
 }
 
@@ -1181,6 +1195,7 @@ mod tests {
             stall_ns: 1000 * u64::from(round + 1),
             traps: None,
             parts: BTreeMap::new(),
+            gaps: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! The binary `textpoke-runner` is a thin command-line layer over these modules.
 
 pub mod bench;
+pub mod gaps;
 pub mod judge;
 pub mod kbench;
 pub mod ktap;

@@ -1,0 +1,376 @@
+//! The trap work on the other CPUs during a flip, seen from the executors
+//! (samples/textpoke_bench.c), the same way for textpoke and for the kernel's own mechanism.
+//!
+//! Every executor sorts the gap between two of its executions of a site into a histogram, one
+//! for the 5 ms before the flip and one for the flip. An execution that traps on a guard takes
+//! the exception's entry and exit and a handler besides the call: under TCG about 2 µs against
+//! 0.3 µs for a plain one, a separate cluster. Counting the executions at least
+//! [`THRESHOLD`] times the plain median gives the trapped executions for the stock path too,
+//! which counts none (upstream's `poke_int3_handler()` has no counter); checked against
+//! textpoke's own counter for textpoke's flips. The cluster's median less the plain median is
+//! what one trapped execution costs: on x86 the same exception entry and exit either way, then
+//! upstream's handler or (after upstream's, which declines at once with no batch of its own)
+//! textpoke's. On arm64 only textpoke guards anything: there the stock modes' count says how
+//! many plain executions the rule mistakes for traps.
+
+use crate::bench::{median, Sample, Spread};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The prefix of the agent's histogram lines (tools/agent/src/bench.rs `gaps_json`).
+pub const PREFIX: &str = "textpoke-gaps: ";
+
+/// A gap counts as a trapped execution from this many times the plain median on: the trapped
+/// cluster starts at 4 to 7 times it (textpoke 2.0 µs, upstream 1.5 µs, against 0.30 to
+/// 0.37 µs), while the calls that retranslated code after a write spread up to 3.5 times it.
+pub const THRESHOLD: f64 = 4.0;
+
+/// Buckets below this are one nanosecond wide (samples/textpoke_bench.c `gap_bucket()`).
+const SUB: u32 = 16;
+
+/// The executors' gap histograms of one flip, summed over CPUs: bucket to count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gaps {
+    /// The 5 ms before the flip.
+    pub before: BTreeMap<u32, u64>,
+    /// The flip.
+    pub flip: BTreeMap<u32, u64>,
+}
+
+/// One `textpoke-gaps:` line: up to 40 (bucket, count) pairs of one window of one sample.
+#[derive(Debug, Deserialize)]
+struct Line {
+    arch: String,
+    mode: String,
+    n: u32,
+    round: u32,
+    window: String,
+    pairs: Vec<(u32, u64)>,
+}
+
+/// The nanoseconds bucket `b` starts at: below [`SUB`] one per nanosecond, then 16 per power
+/// of two (the inverse of `gap_bucket()` in samples/textpoke_bench.c).
+pub fn bucket_start(b: u32) -> f64 {
+    if b < SUB {
+        return f64::from(b);
+    }
+    let order = (b - SUB) / SUB + 4;
+    let sub = (b - SUB) % SUB;
+    f64::from(SUB + sub) * 2f64.powi(order as i32 - 4)
+}
+
+/// Where bucket `b` ends.
+fn bucket_end(b: u32) -> f64 {
+    if b < SUB {
+        f64::from(b + 1)
+    } else {
+        bucket_start(b) + 2f64.powi(((b - SUB) / SUB) as i32)
+    }
+}
+
+/// The median of a histogram, interpolating linearly inside its bucket; `None` if empty.
+pub fn hist_median(h: &BTreeMap<u32, u64>) -> Option<f64> {
+    let total: u64 = h.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let half = total as f64 / 2.0;
+    let mut below = 0u64;
+    for (&b, &c) in h {
+        if (below + c) as f64 >= half {
+            let into = (half - below as f64) / c as f64;
+            return Some(bucket_start(b) + into * (bucket_end(b) - bucket_start(b)));
+        }
+        below += c;
+    }
+    None
+}
+
+/// The buckets of `h` that start at `from` ns or later.
+fn from(h: &BTreeMap<u32, u64>, from: f64) -> BTreeMap<u32, u64> {
+    h.iter()
+        .filter(|(&b, _)| bucket_start(b) >= from)
+        .map(|(&b, &c)| (b, c))
+        .collect()
+}
+
+/// Joins the `textpoke-gaps:` lines of a log to its samples (by arch, mode, N and round).
+/// Returns the lines that could not be read or matched (`line N: why`).
+pub fn attach(log: &str, samples: &mut [Sample]) -> Vec<String> {
+    let (lines, mut problems) = crate::bench::parse_lines(log, PREFIX, |_: &mut Line| Ok(()));
+    for line in lines {
+        let arch = crate::bench::runner_arch(&line.arch);
+        let Some(s) = samples.iter_mut().find(|s| {
+            s.arch == arch && s.mode == line.mode && s.n == line.n && s.round == line.round
+        }) else {
+            problems.push(format!(
+                "gaps of {} n={} round {} without their sample",
+                line.mode, line.n, line.round
+            ));
+            continue;
+        };
+        let gaps = s.gaps.get_or_insert_with(Gaps::default);
+        let into = match line.window.as_str() {
+            "before" => &mut gaps.before,
+            "flip" => &mut gaps.flip,
+            other => {
+                problems.push(format!("gaps: unknown window `{other}`"));
+                continue;
+            }
+        };
+        for (b, c) in line.pairs {
+            *into.entry(b).or_default() += c;
+        }
+    }
+    problems
+}
+
+/// What one flip's histograms say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlipTraps {
+    /// The median gap before the flip: a plain execution, ns.
+    pub plain_ns: f64,
+    /// The executions of the flip at or above [`THRESHOLD`] times that, less as many as the
+    /// window before had at that rate (the interrupts and the host's hiccups).
+    pub trapped: f64,
+    /// The flip's gaps at or above the threshold.
+    pub slow: BTreeMap<u32, u64>,
+}
+
+/// [`FlipTraps`] of one sample's histograms; `None` without a plain median.
+pub fn flip_traps(g: &Gaps) -> Option<FlipTraps> {
+    let plain_ns = hist_median(&g.before)?;
+    let threshold = THRESHOLD * plain_ns;
+    let slow = from(&g.flip, threshold);
+    let before_total: u64 = g.before.values().sum();
+    let before_slow: u64 = from(&g.before, threshold).values().sum();
+    let flip_total: u64 = g.flip.values().sum();
+    let expected = before_slow as f64 / before_total as f64 * flip_total as f64;
+    let trapped = (slow.values().sum::<u64>() as f64 - expected).max(0.0);
+    Some(FlipTraps {
+        plain_ns,
+        trapped,
+        slow,
+    })
+}
+
+/// The trap work of one (mode, N) over its samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trapped {
+    /// Trapped executions per flip, over the samples.
+    pub count: Spread,
+    /// textpoke only: the median over the samples of that count divided by the engine's own
+    /// trap counter for the same flip.
+    pub vs_counter: Option<f64>,
+    /// The median plain execution (the median over the samples of each one's), ns.
+    pub plain_ns: f64,
+    /// The median trapped execution, pooled over the samples' slow gaps, ns.
+    pub trapped_ns: Option<f64>,
+}
+
+impl Trapped {
+    /// What one trapped execution costs more than a plain one, ns.
+    pub fn extra_ns(&self) -> Option<f64> {
+        self.trapped_ns.map(|t| t - self.plain_ns)
+    }
+}
+
+/// [`Trapped`] of the samples of one (mode, N); `None` if none carries histograms.
+pub fn trapped(samples: &[&Sample]) -> Option<Trapped> {
+    let mut counts = Vec::new();
+    let mut plains = Vec::new();
+    let mut vs_counter = Vec::new();
+    let mut pooled: BTreeMap<u32, u64> = BTreeMap::new();
+    for s in samples {
+        let Some(t) = s.gaps.as_ref().and_then(flip_traps) else {
+            continue;
+        };
+        counts.push(t.trapped);
+        plains.push(t.plain_ns);
+        if let Some(engine) = s.traps.filter(|&e| e > 0) {
+            vs_counter.push(t.trapped / engine as f64);
+        }
+        for (b, c) in t.slow {
+            *pooled.entry(b).or_default() += c;
+        }
+    }
+    Some(Trapped {
+        count: Spread::of(&counts)?,
+        vs_counter: median(&vs_counter),
+        plain_ns: median(&plains)?,
+        trapped_ns: hist_median(&pooled),
+    })
+}
+
+/// The trap-work table of one arch, or `None` if no sample carries histograms.
+pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
+    let rows: Vec<&crate::bench::ConfigStats> = r
+        .configs
+        .iter()
+        .filter(|c| c.mode != crate::bench::IDLE && c.trapped.is_some())
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "#### {}: trap work on the other CPUs during a flip, seen by the executors\n",
+        r.arch
+    );
+    let _ = writeln!(
+        out,
+        "| N | mode | trapped executions per flip, median (p25–p75) | ÷ textpoke's counter | \
+         plain execution ns | trapped execution ns | a trap's extra ns |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
+    for c in &rows {
+        let Some(t) = &c.trapped else { continue };
+        let ns = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}"));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} ({:.0}–{:.0}) | {} | {:.0} | {} | {} |",
+            c.n,
+            crate::bench::mode_label(&c.mode),
+            t.count.median,
+            t.count.p25,
+            t.count.p75,
+            t.vs_counter
+                .map_or_else(|| "".to_owned(), |v| format!("{v:.3}")),
+            t.plain_ns,
+            ns(t.trapped_ns),
+            ns(t.extra_ns()),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- Every executor's gaps between two executions, in 6% buckets: an execution that \
+         trapped is one at least {THRESHOLD} times the plain median (the window before the \
+         flip), less as many as that window had at the same rate. Checked against textpoke's \
+         own trap counter (\"÷ textpoke's counter\"); upstream counts none. A trapped \
+         execution: the median of those gaps pooled over the flips; its extra: that less the \
+         plain median. On x86 both paths take the same exception entry and exit, so the \
+         difference of the extras is the handlers' (tools/runner/src/gaps.rs)."
+    );
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_match_the_module() {
+        // gap_bucket() in samples/textpoke_bench.c: 16 ns is bucket 16, 31 ns bucket 31,
+        // 32..33 ns bucket 32, 2^29 ns bucket 16 + 25 * 16 = 416.
+        assert_eq!(bucket_start(3), 3.0);
+        assert_eq!(bucket_start(16), 16.0);
+        assert_eq!(bucket_start(31), 31.0);
+        assert_eq!(bucket_end(31), 32.0);
+        assert_eq!(bucket_start(32), 32.0);
+        assert_eq!(bucket_end(32), 34.0);
+        assert_eq!(bucket_start(59), 27.0 * 4.0);
+        assert_eq!(bucket_start(416), 2f64.powi(29));
+        assert_eq!(bucket_start(431), 31.0 * 2f64.powi(25));
+    }
+
+    fn hist(pairs: &[(u32, u64)]) -> BTreeMap<u32, u64> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn median_interpolates_in_its_bucket() {
+        assert_eq!(hist_median(&BTreeMap::new()), None);
+        // 10 gaps in bucket 83 (304..320 ns): the median is in its middle.
+        assert_eq!(hist_median(&hist(&[(83, 10)])), Some(312.0));
+        assert_eq!(hist_median(&hist(&[(3, 1), (5, 1)])), Some(4.0));
+    }
+
+    fn gaps(before: &[(u32, u64)], flip: &[(u32, u64)]) -> Gaps {
+        Gaps {
+            before: hist(before),
+            flip: hist(flip),
+        }
+    }
+
+    #[test]
+    fn trapped_executions_are_the_slow_cluster_less_the_usual_rate() {
+        // Plain executions at 304..320 ns (bucket 83); traps at 2048..2176 ns (bucket 128);
+        // 1 in 1000 plain gaps slow anyway.
+        let g = gaps(&[(83, 999), (128, 1)], &[(83, 2000), (128, 502)]);
+        let t = flip_traps(&g).unwrap();
+        assert_eq!(t.plain_ns, 304.0 + 16.0 * 500.0 / 999.0);
+        // 502 slow, of which 2.5 expected anyway at the rate before.
+        assert!((t.trapped - (502.0 - 2502.0 / 1000.0)).abs() < 1e-9);
+        // Plain median 312 ns: from 1248 ns on a gap is a trap. Bucket 116 starts at 1280 ns,
+        // bucket 115 at 1216 ns.
+        let edge = gaps(&[(83, 1000)], &[(83, 10), (115, 7), (116, 3)]);
+        assert_eq!(flip_traps(&edge).unwrap().trapped, 3.0);
+        // No gaps before the flip: no plain median, no estimate.
+        assert_eq!(flip_traps(&gaps(&[], &[(128, 5)])), None);
+    }
+
+    fn sample(mode: &str, round: u32, traps: Option<u64>, g: Option<Gaps>) -> Sample {
+        Sample {
+            arch: "x86_64".into(),
+            cpus: 2,
+            mode: mode.into(),
+            n: 16,
+            round,
+            rounds: 2,
+            ns: 1000,
+            on: round.is_multiple_of(2),
+            syncs: 3,
+            records: 16,
+            call_ipis: 0,
+            stall_ns: 0,
+            traps,
+            parts: BTreeMap::new(),
+            gaps: g,
+        }
+    }
+
+    #[test]
+    fn lines_join_their_samples() {
+        let log = "[    1.0] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
+                   \"round\":1,\"window\":\"before\",\"pairs\":[[83,10]]}\n\
+                   [    1.1] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
+                   \"round\":1,\"window\":\"before\",\"pairs\":[[83,5],[85,1]]}\n\
+                   [    1.2] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
+                   \"round\":1,\"window\":\"flip\",\"pairs\":[]}\n\
+                   [    1.3] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
+                   \"round\":7,\"window\":\"flip\",\"pairs\":[]}\n\
+                   [    1.4] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
+                   \"round\":1,\"window\":\"after\",\"pairs\":[]}\n";
+        let mut samples = vec![
+            sample("textpoke", 0, None, None),
+            sample("textpoke", 1, None, None),
+        ];
+        let problems = attach(log, &mut samples);
+        assert_eq!(samples[0].gaps, None);
+        assert_eq!(samples[1].gaps, Some(gaps(&[(83, 15), (85, 1)], &[])));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("round 7 without their sample"));
+        assert!(problems[1].contains("unknown window `after`"));
+    }
+
+    #[test]
+    fn trapped_per_config_checks_the_counter() {
+        let g = gaps(&[(83, 1000)], &[(83, 1000), (128, 400)]);
+        let samples = [
+            sample("textpoke", 0, Some(400), Some(g.clone())),
+            sample("textpoke", 1, Some(500), Some(g)),
+            sample("textpoke", 2, Some(7), None),
+        ];
+        let refs: Vec<&Sample> = samples.iter().collect();
+        let t = trapped(&refs).unwrap();
+        assert_eq!(t.count.samples, 2);
+        assert_eq!(t.count.median, 400.0);
+        assert_eq!(t.vs_counter, Some((1.0 + 0.8) / 2.0));
+        assert_eq!(t.trapped_ns, Some(2112.0));
+        assert_eq!(t.extra_ns(), Some(2112.0 - t.plain_ns));
+        // No histograms at all: nothing to say.
+        assert_eq!(trapped(&refs[2..]), None);
+    }
+}
