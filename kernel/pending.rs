@@ -175,6 +175,7 @@ impl<E> Slot<E> {
     /// decides.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     fn may_cover(&self, addr: u64) -> bool {
         addr >= self.lo.load(Ordering::Relaxed) && addr < self.hi.load(Ordering::Relaxed)
     }
@@ -190,6 +191,7 @@ impl<E: Pending> Slot<E> {
     /// slice after dropping that count.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     unsafe fn entries(&self) -> &[E] {
         let ptr = self.entries.load(Ordering::Relaxed);
         let len = self.len.load(Ordering::Relaxed);
@@ -209,6 +211,7 @@ impl<E: Pending> Slot<E> {
     /// As for [`Slot::entries`].
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     unsafe fn find<R>(&self, addr: u64, read: &impl Fn(&E) -> R) -> Option<R> {
         // SAFETY: Forwarded from the caller.
         let entries = unsafe { self.entries() };
@@ -314,6 +317,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     /// (the trap is someone else's) or if `cpu` is out of range.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     pub fn lookup_with<R>(&self, cpu: usize, addr: u64, read: impl Fn(&E) -> R) -> Option<R> {
         let counts = &self.readers.get(cpu)?.count;
         for (slot, count) in self.slots.iter().zip(counts.iter()) {

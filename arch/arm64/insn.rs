@@ -324,6 +324,7 @@ impl ListedInsn {
     /// Makes `regs` behave as if the CPU had executed this instruction at `site`.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     fn emulate(self, site: u64, regs: &mut impl Regs) {
         let next = site.wrapping_add(INSN_STEP);
         match self {
@@ -423,6 +424,7 @@ impl Listed {
     /// effects of [`Insn::emulate`] (see there for BTI), which cannot fail here: see [`Listed`].
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     pub fn emulate(&self, regs: &mut impl Regs) {
         self.op.emulate(self.site, regs);
     }

@@ -74,6 +74,7 @@ impl Arch for This {
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn kind(insn: &Listed) -> usize {
         insn.kind() as usize
     }
@@ -133,12 +134,14 @@ impl Arch for This {
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn trap_site(regs: &PtRegs) -> u64 {
         // The exception PC is the `BRK` itself.
         regs::pc(regs)
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn emulate(insn: &Listed, regs: &mut PtRegs) {
         insn.emulate(regs);
         // The emulated instruction is not an indirect branch, so it leaves BTYPE clear; the

@@ -350,6 +350,7 @@ impl ListedInsn {
     /// Makes `regs` and `stack` behave as if the CPU had executed this instruction at `site`.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     fn emulate(self, site: u64, regs: &mut impl Regs, stack: &mut impl Stack) {
         match self {
             ListedInsn::Nop2 => regs.set_ip(end_of(site, NOP2_BYTES.len())),
@@ -451,6 +452,7 @@ impl Listed {
     /// [`Listed`].
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
     pub fn emulate(&self, regs: &mut impl Regs, stack: &mut impl Stack) {
         self.op.emulate(self.site, regs, stack);
     }

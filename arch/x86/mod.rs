@@ -58,6 +58,7 @@ impl Arch for This {
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn kind(insn: &Listed) -> usize {
         insn.kind() as usize
     }
@@ -120,12 +121,14 @@ impl Arch for This {
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn trap_site(regs: &PtRegs) -> u64 {
         // `ip` points after the one-byte `INT3`.
         insn::Regs::ip(regs).wrapping_sub(1)
     }
 
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn emulate(insn: &Listed, regs: &mut PtRegs) {
         // SAFETY: A `PtRegs` only exists as the saved registers of the trap being handled
         // (`PtRegs::from_raw`), and emulation starts from them as they were saved.

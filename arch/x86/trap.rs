@@ -33,6 +33,7 @@ impl KernelStack {
     /// `regs` must be the saved registers of a kernel-mode `INT3` being handled, as they were
     /// when the trap was taken.
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     pub(super) unsafe fn new(regs: &PtRegs) -> Self {
         use super::insn::Regs;
         // INVARIANT: The caller guarantees `regs` is the trap's own state.
@@ -44,6 +45,7 @@ impl Stack for KernelStack {
     /// Reads the word at `addr`, if it is the one the interrupted stack pointer points to
     /// (`RET`'s return address); 0 for any other address.
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn read_u64(&self, addr: u64) -> u64 {
         if addr != self.sp {
             return 0;
@@ -55,6 +57,7 @@ impl Stack for KernelStack {
     /// Writes `value` at `addr`, if it is the word just below the interrupted stack pointer
     /// (`CALL`'s return address); ignores any other address.
     #[link_section = ".kprobes.text"]
+    #[inline(always)]
     fn write_u64(&mut self, addr: u64, value: u64) {
         if addr != self.sp.wrapping_sub(WORD) {
             return;
@@ -68,6 +71,7 @@ impl Stack for KernelStack {
 /// For a trap at `site` whose guard was replaced by `now`: emulates what is there if it is a
 /// listed instruction, or resumes at the site so that the CPU executes it.
 #[link_section = ".kprobes.text"]
+#[inline(always)]
 pub(super) fn resume_replaced(site: u64, now: &[u8], regs: &mut PtRegs) -> bool {
     use super::insn::Regs;
     // SAFETY: Called from the trap handler with the trap's own registers.
