@@ -29,17 +29,20 @@
  *
  * While a mode runs, a kthread on every online CPU executes 64 of the sites in a loop and
  * records the longest gap between two of its executions: the worst stall patching caused. It
- * also sorts every gap into a histogram (16 buckets per power of two of nanoseconds), one for
- * the 5 ms before the flip and one for the flip itself: a CPU that traps on a guard takes a
- * gap that many times a plain execution's, so the host can count the trapped executions and
- * what each cost, the same way for textpoke and for the kernel's own mechanism (which counts
- * neither), and check the count against textpoke's own trap counter.
+ * also sorts every gap into a histogram (16 buckets per power of two of nanoseconds), for the
+ * 5 ms before the flip and for the flip itself, and separately for the executions that an
+ * exception or interrupt interrupted, which the CPU itself tells (see stack_mark_set()): during
+ * a flip those are the executions that trapped on a guard, plus the few interrupts the window
+ * before shows at its rate. So the host counts the trapped executions and what each cost the
+ * same way for textpoke and for the kernel's own mechanism (which counts neither), and checks
+ * the count against textpoke's own trap counter.
  *
  * Interface: /sys/kernel/debug/textpoke_bench/{control,result}. Write
  * "run mode=<mode> n=<N> reps=<R>" to control; result then holds one line per repetition:
- * "mode n rep nsecs syncs records max_stall_ns on q=<hist> f=<hist>", where on is 1 if the flip
- * switched the branches on and q and f are the gap histograms before and during the flip,
- * summed over CPUs, as "bucket:count" pairs separated by commas (buckets with a count only; see
+ * "mode n rep nsecs syncs records max_stall_ns on q=<hist> qx=<hist> f=<hist> fx=<hist>", where
+ * on is 1 if the flip switched the branches on, q and f are the gap histograms of the plain
+ * executions before and during the flip and qx and fx those of the interrupted ones, summed
+ * over CPUs, as "bucket:count" pairs separated by commas (buckets with a count only; see
  * gap_bucket()). Write "reset" to switch every site and key off (untimed); a run with another N
  * than the sites were left at does that first. The guest agent counts IPIs around each
  * command with /proc/interrupts.
@@ -79,9 +82,48 @@
 /* Which histogram an executor's gaps go to: before the flip, during it, or none (after). */
 enum window { W_BEFORE, W_FLIP, W_AFTER };
 
+/* Per window, the plain executions' gaps ([0]) and the interrupted ones' ([1]). */
 struct gap_hist {
-	u32 count[W_AFTER][GAP_BUCKETS];
+	u32 count[W_AFTER][2][GAP_BUCKETS];
 };
+
+/*
+ * Whether an exception or an interrupt arrived while an executor called a site. The CPU and the
+ * entry code save the interrupted registers on the current stack, below its pointer (x86: the
+ * hardware frame and pt_regs, 168 bytes; arm64: pt_regs, 336 bytes), where nothing else
+ * writes: the kernel has no red zone, and a call of a site goes less than STACK_MARK_OFFSET
+ * deep (the return address, a frame record at most). So a mark left there before the call is
+ * gone after it exactly when something interrupted the call: a trap on a guard, an IPI, a tick.
+ * Both asm statements address the mark from the same stack pointer: the executor's loop does
+ * not move it.
+ */
+#define STACK_MARK_OFFSET 96
+#define STACK_MARK 0x7e47b0a75eed2024UL
+
+static __always_inline void stack_mark_set(void)
+{
+#ifdef CONFIG_X86_64
+	asm volatile("movq %0, -" __stringify(STACK_MARK_OFFSET) "(%%rsp)"
+		     : : "r"(STACK_MARK) : "memory");
+#else
+	asm volatile("stur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
+		     : : "r"(STACK_MARK) : "memory");
+#endif
+}
+
+static __always_inline bool stack_mark_gone(void)
+{
+	unsigned long mark;
+
+#ifdef CONFIG_X86_64
+	asm volatile("movq -" __stringify(STACK_MARK_OFFSET) "(%%rsp), %0"
+		     : "=r"(mark) : : "memory");
+#else
+	asm volatile("ldur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
+		     : "=r"(mark) : : "memory");
+#endif
+	return mark != STACK_MARK;
+}
 
 static unsigned int gap_bucket(u64 ns)
 {
@@ -252,20 +294,23 @@ static int executor(void *data)
 
 	while (!kthread_should_stop()) {
 		int i = n % bench.exec_count;
+		enum window w;
 		u64 now, gap;
+		bool hit;
 
+		stack_mark_set();
 		if (bench.exec_mode == M_STATIC_KEY)
 			bench.exec_ref[i]();
 		else
 			call_site(i);
-		enum window w = READ_ONCE(bench.window);
-
+		hit = stack_mark_gone();
+		w = READ_ONCE(bench.window);
 		now = local_clock();
 		gap = now - last;
 		if (gap > *per_cpu_ptr(bench.max_gap, cpu))
 			*per_cpu_ptr(bench.max_gap, cpu) = gap;
 		if (w < W_AFTER)
-			per_cpu_ptr(bench.hist, cpu)->count[w][gap_bucket(gap)]++;
+			per_cpu_ptr(bench.hist, cpu)->count[w][hit][gap_bucket(gap)]++;
 		last = now;
 		if (++n % 128 == 0) {
 			cond_resched();
@@ -310,7 +355,7 @@ static u64 stop_executors_into(struct gap_hist *sum)
 {
 	unsigned int cpu;
 	u64 worst = 0;
-	int w, b;
+	int w, x, b;
 
 	for_each_possible_cpu(cpu) {
 		struct gap_hist *h = per_cpu_ptr(bench.hist, cpu);
@@ -321,8 +366,9 @@ static u64 stop_executors_into(struct gap_hist *sum)
 		}
 		worst = max(worst, *per_cpu_ptr(bench.max_gap, cpu));
 		for (w = 0; sum && w < W_AFTER; w++)
-			for (b = 0; b < GAP_BUCKETS; b++)
-				sum->count[w][b] += h->count[w][b];
+			for (x = 0; x < 2; x++)
+				for (b = 0; b < GAP_BUCKETS; b++)
+					sum->count[w][x][b] += h->count[w][x][b];
 	}
 	return worst;
 }
@@ -623,19 +669,25 @@ static int result_show(struct seq_file *m, void *v)
 	for (i = 0; i < bench.nresults; i++) {
 		struct rep_result *r = &bench.results[i];
 
-		int w, b;
+		static const char *const names[W_AFTER][2] = {
+			{ " q=", " qx=" }, { " f=", " fx=" }
+		};
+		int w, x, b;
 
 		seq_printf(m, "%s %d %d %llu %u %u %llu %d", mode_names[r->mode], r->n, r->rep,
 			   r->nsecs, r->syncs, r->records, r->max_stall, r->on);
 		for (w = 0; w < W_AFTER; w++) {
-			const char *sep = "";
+			for (x = 0; x < 2; x++) {
+				const u32 *count = r->hist->count[w][x];
+				const char *sep = "";
 
-			seq_puts(m, w == W_BEFORE ? " q=" : " f=");
-			for (b = 0; b < GAP_BUCKETS; b++) {
-				if (!r->hist->count[w][b])
-					continue;
-				seq_printf(m, "%s%d:%u", sep, b, r->hist->count[w][b]);
-				sep = ",";
+				seq_puts(m, names[w][x]);
+				for (b = 0; b < GAP_BUCKETS; b++) {
+					if (!count[b])
+						continue;
+					seq_printf(m, "%s%d:%u", sep, b, count[b]);
+					sep = ",";
+				}
 			}
 		}
 		seq_putc(m, '\n');

@@ -73,7 +73,7 @@ fn control(command: &str) -> Result<(), String> {
 }
 
 /// One line of the module's `result`:
-/// `mode n rep nsecs syncs records max_stall_ns on q=<hist> f=<hist>`.
+/// `mode n rep nsecs syncs records max_stall_ns on q=<hist> qx=<hist> f=<hist> fx=<hist>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rep {
     nsecs: u64,
@@ -81,9 +81,12 @@ struct Rep {
     records: u64,
     stall_ns: u64,
     on: bool,
-    /// The executors' gap histograms before and during the flip, as (bucket, count) pairs.
+    /// The executors' gap histograms before and during the flip, as (bucket, count) pairs:
+    /// the plain executions', and (`_x`) those an exception or interrupt interrupted.
     before: Vec<(u32, u64)>,
+    before_x: Vec<(u32, u64)>,
     flip: Vec<(u32, u64)>,
+    flip_x: Vec<(u32, u64)>,
 }
 
 /// A histogram field's value: `bucket:count` pairs separated by commas, or nothing.
@@ -99,7 +102,7 @@ fn parse_hist(text: &str) -> Option<Vec<(u32, u64)>> {
 
 fn parse_rep(line: &str) -> Option<Rep> {
     let w: Vec<&str> = line.split_whitespace().collect();
-    let [_, _, _, nsecs, syncs, records, stall, on, q, f] = w.as_slice() else {
+    let [_, _, _, nsecs, syncs, records, stall, on, q, qx, f, fx] = w.as_slice() else {
         return None;
     };
     Some(Rep {
@@ -109,7 +112,9 @@ fn parse_rep(line: &str) -> Option<Rep> {
         stall_ns: stall.parse().ok()?,
         on: *on == "1",
         before: parse_hist(q.strip_prefix("q=")?)?,
+        before_x: parse_hist(qx.strip_prefix("qx=")?)?,
         flip: parse_hist(f.strip_prefix("f=")?)?,
+        flip_x: parse_hist(fx.strip_prefix("fx=")?)?,
     })
 }
 
@@ -122,7 +127,12 @@ const PAIRS_PER_LINE: usize = 40;
 /// A window without pairs still gets a line, so that the runner knows it was measured.
 fn gaps_json(p: &Place, rep: &Rep) -> Vec<String> {
     let mut lines = Vec::new();
-    for (window, hist) in [("before", &rep.before), ("flip", &rep.flip)] {
+    for (window, hist) in [
+        ("before", &rep.before),
+        ("before_x", &rep.before_x),
+        ("flip", &rep.flip),
+        ("flip_x", &rep.flip_x),
+    ] {
         let chunks: Vec<&[(u32, u64)]> = if hist.is_empty() {
             vec![&[]]
         } else {
@@ -362,7 +372,7 @@ mod tests {
     #[test]
     fn result_line() {
         assert_eq!(
-            parse_rep("textpoke 16 0 407941 2 16 24254 1 q=3:10,97:2 f="),
+            parse_rep("textpoke 16 0 407941 2 16 24254 1 q=3:10,97:2 qx=120:1 f= fx=130:4"),
             Some(Rep {
                 nsecs: 407941,
                 syncs: 2,
@@ -370,13 +380,25 @@ mod tests {
                 stall_ns: 24254,
                 on: true,
                 before: vec![(3, 10), (97, 2)],
+                before_x: vec![(120, 1)],
                 flip: vec![],
+                flip_x: vec![(130, 4)],
             })
         );
         assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254 1"), None);
-        assert_eq!(parse_rep("textpoke 16 0 x 2 16 24254 0 q= f="), None);
-        assert_eq!(parse_rep("textpoke 16 0 1 2 16 24254 0 q=3 f="), None);
-        assert_eq!(parse_rep("textpoke 16 0 1 2 16 24254 0 f= q="), None);
+        assert_eq!(parse_rep("textpoke 16 0 407941 2 16 24254 1 q= f="), None);
+        assert_eq!(
+            parse_rep("textpoke 16 0 x 2 16 24254 0 q= qx= f= fx="),
+            None
+        );
+        assert_eq!(
+            parse_rep("textpoke 16 0 1 2 16 24254 0 q=3 qx= f= fx="),
+            None
+        );
+        assert_eq!(
+            parse_rep("textpoke 16 0 1 2 16 24254 0 f= qx= q= fx="),
+            None
+        );
     }
 
     fn parse_engine_counters(text: &str) -> Result<Engine, String> {
@@ -411,7 +433,8 @@ mod tests {
 
     #[test]
     fn sample_line_is_json_the_runner_reads() {
-        let rep = parse_rep("static_key 4096 3 2969931 0 0 8644 0 q=40:7 f=40:5,120:1").unwrap();
+        let rep =
+            parse_rep("static_key 4096 3 2969931 0 0 8644 0 q=40:7 qx= f=40:5 fx=120:1").unwrap();
         let place = Place {
             mode: "static_key",
             n: 4096,
@@ -426,11 +449,13 @@ mod tests {
              \"call_ipis\":291,\"stall_ns\":8644}"
         ));
         let gaps = gaps_json(&place, &rep);
-        assert_eq!(gaps.len(), 2);
+        assert_eq!(gaps.len(), 4);
         assert!(
             gaps[0].ends_with("\"n\":4096,\"round\":3,\"window\":\"before\",\"pairs\":[[40,7]]}")
         );
-        assert!(gaps[1].ends_with("\"window\":\"flip\",\"pairs\":[[40,5],[120,1]]}"));
+        assert!(gaps[1].ends_with("\"window\":\"before_x\",\"pairs\":[]}"));
+        assert!(gaps[2].ends_with("\"window\":\"flip\",\"pairs\":[[40,5]]}"));
+        assert!(gaps[3].ends_with("\"window\":\"flip_x\",\"pairs\":[[120,1]]}"));
     }
 
     #[test]
@@ -444,7 +469,9 @@ mod tests {
             stall_ns: 0,
             on: false,
             before: hist.clone(),
+            before_x: hist.clone(),
             flip: Vec::new(),
+            flip_x: Vec::new(),
         };
         let place = Place {
             mode: "stop_machine",
@@ -454,8 +481,8 @@ mod tests {
             cpus: 4,
         };
         let lines = gaps_json(&place, &rep);
-        // 432 pairs in lines of 40, and one line for the empty window.
-        assert_eq!(lines.len(), 11 + 1);
+        // 432 pairs in lines of 40 twice, and one line for each empty window.
+        assert_eq!(lines.len(), 11 + 11 + 1 + 1);
         for line in &lines {
             assert!(
                 line.len() + "textpoke-gaps: \n".len() < 1024,
@@ -463,6 +490,6 @@ mod tests {
                 line.len()
             );
         }
-        assert!(lines[11].ends_with("\"window\":\"flip\",\"pairs\":[]}"));
+        assert!(lines[22].ends_with("\"window\":\"flip\",\"pairs\":[]}"));
     }
 }

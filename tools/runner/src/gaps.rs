@@ -1,17 +1,19 @@
 //! The trap work on the other CPUs during a flip, seen from the executors
 //! (samples/textpoke_bench.c), the same way for textpoke and for the kernel's own mechanism.
 //!
-//! Every executor sorts the gap between two of its executions of a site into a histogram, one
-//! for the 5 ms before the flip and one for the flip. An execution that traps on a guard takes
-//! the exception's entry and exit and a handler besides the call: under TCG about 2 µs against
-//! 0.3 µs for a plain one, a separate cluster. Counting the executions at least
-//! [`THRESHOLD`] times the plain median gives the trapped executions for the stock path too,
-//! which counts none (upstream's `poke_int3_handler()` has no counter); checked against
-//! textpoke's own counter for textpoke's flips. The cluster's median less the plain median is
-//! what one trapped execution costs: on x86 the same exception entry and exit either way, then
+//! Every executor sorts the gap between two of its executions of a site into histograms, for
+//! the 5 ms before the flip and for the flip, and apart from the others the executions that an
+//! exception or interrupt interrupted: the CPU tells, as the registers it saves on the stack
+//! overwrite a mark left below the stack pointer (`stack_mark_set()` in the module). During a
+//! flip those are the executions that trapped on a guard, and the IPIs and ticks that also come
+//! before it, at the rate the window before shows; so the trapped executions are counted the
+//! same way for the stock path, which counts none (upstream's `poke_int3_handler()` has no
+//! counter), and for textpoke, where the engine's own counter checks the count. The median gap
+//! of the interrupted executions during the flip, less the plain median before it, is what one
+//! trapped execution costs more: on x86 the same exception entry and exit either way, then
 //! upstream's handler or (after upstream's, which declines at once with no batch of its own)
-//! textpoke's. On arm64 only textpoke guards anything: there the stock modes' count says how
-//! many plain executions the rule mistakes for traps.
+//! textpoke's. On arm64 only textpoke guards anything: there the stock modes' count is the
+//! check that the interrupts are subtracted right (it must be about 0).
 
 use crate::bench::{median, Sample, Spread};
 use serde::{Deserialize, Serialize};
@@ -21,24 +23,23 @@ use std::fmt::Write as _;
 /// The prefix of the agent's histogram lines (tools/agent/src/bench.rs `gaps_json`).
 pub const PREFIX: &str = "textpoke-gaps: ";
 
-/// A gap counts as a trapped execution from this many times the plain median on: the trapped
-/// cluster starts at 4 to 7 times it (textpoke 2.0 µs, upstream 1.5 µs, against 0.30 to
-/// 0.37 µs), while the calls that retranslated code after a write spread up to 3.5 times it.
-pub const THRESHOLD: f64 = 4.0;
-
 /// Buckets below this are one nanosecond wide (samples/textpoke_bench.c `gap_bucket()`).
 const SUB: u32 = 16;
 
 /// The executors' gap histograms of one flip, summed over CPUs: bucket to count.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Gaps {
-    /// The 5 ms before the flip.
+    /// The 5 ms before the flip, plain executions.
     pub before: BTreeMap<u32, u64>,
-    /// The flip.
+    /// The 5 ms before the flip, executions an exception or interrupt interrupted.
+    pub before_x: BTreeMap<u32, u64>,
+    /// The flip, plain executions.
     pub flip: BTreeMap<u32, u64>,
+    /// The flip, interrupted executions.
+    pub flip_x: BTreeMap<u32, u64>,
 }
 
-/// One `textpoke-gaps:` line: up to 40 (bucket, count) pairs of one window of one sample.
+/// One `textpoke-gaps:` line: up to 40 (bucket, count) pairs of one histogram of one sample.
 #[derive(Debug, Deserialize)]
 struct Line {
     arch: String,
@@ -87,14 +88,6 @@ pub fn hist_median(h: &BTreeMap<u32, u64>) -> Option<f64> {
     None
 }
 
-/// The buckets of `h` that start at `from` ns or later.
-fn from(h: &BTreeMap<u32, u64>, from: f64) -> BTreeMap<u32, u64> {
-    h.iter()
-        .filter(|(&b, _)| bucket_start(b) >= from)
-        .map(|(&b, &c)| (b, c))
-        .collect()
-}
-
 /// Joins the `textpoke-gaps:` lines of a log to its samples (by arch, mode, N and round).
 /// Returns the lines that could not be read or matched (`line N: why`).
 pub fn attach(log: &str, samples: &mut [Sample]) -> Vec<String> {
@@ -113,7 +106,9 @@ pub fn attach(log: &str, samples: &mut [Sample]) -> Vec<String> {
         let gaps = s.gaps.get_or_insert_with(Gaps::default);
         let into = match line.window.as_str() {
             "before" => &mut gaps.before,
+            "before_x" => &mut gaps.before_x,
             "flip" => &mut gaps.flip,
+            "flip_x" => &mut gaps.flip_x,
             other => {
                 problems.push(format!("gaps: unknown window `{other}`"));
                 continue;
@@ -129,29 +124,25 @@ pub fn attach(log: &str, samples: &mut [Sample]) -> Vec<String> {
 /// What one flip's histograms say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlipTraps {
-    /// The median gap before the flip: a plain execution, ns.
+    /// The median plain gap before the flip, ns.
     pub plain_ns: f64,
-    /// The executions of the flip at or above [`THRESHOLD`] times that, less as many as the
-    /// window before had at that rate (the interrupts and the host's hiccups).
+    /// The interrupted executions of the flip, less as many as the window before had at its
+    /// rate (the IPIs and ticks): the trapped executions.
     pub trapped: f64,
-    /// The flip's gaps at or above the threshold.
+    /// The interrupted executions' gaps during the flip.
     pub slow: BTreeMap<u32, u64>,
 }
 
 /// [`FlipTraps`] of one sample's histograms; `None` without a plain median.
 pub fn flip_traps(g: &Gaps) -> Option<FlipTraps> {
     let plain_ns = hist_median(&g.before)?;
-    let threshold = THRESHOLD * plain_ns;
-    let slow = from(&g.flip, threshold);
-    let before_total: u64 = g.before.values().sum();
-    let before_slow: u64 = from(&g.before, threshold).values().sum();
-    let flip_total: u64 = g.flip.values().sum();
-    let expected = before_slow as f64 / before_total as f64 * flip_total as f64;
-    let trapped = (slow.values().sum::<u64>() as f64 - expected).max(0.0);
+    let sum = |h: &BTreeMap<u32, u64>| h.values().sum::<u64>() as f64;
+    let rate = sum(&g.before_x) / (sum(&g.before) + sum(&g.before_x));
+    let expected = rate * (sum(&g.flip) + sum(&g.flip_x));
     Some(FlipTraps {
         plain_ns,
-        trapped,
-        slow,
+        trapped: (sum(&g.flip_x) - expected).max(0.0),
+        slow: g.flip_x.clone(),
     })
 }
 
@@ -245,13 +236,15 @@ pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
     }
     let _ = writeln!(
         out,
-        "\n- Every executor's gaps between two executions, in 6% buckets: an execution that \
-         trapped is one at least {THRESHOLD} times the plain median (the window before the \
-         flip), less as many as that window had at the same rate. Checked against textpoke's \
-         own trap counter (\"÷ textpoke's counter\"); upstream counts none. A trapped \
-         execution: the median of those gaps pooled over the flips; its extra: that less the \
-         plain median. On x86 both paths take the same exception entry and exit, so the \
-         difference of the extras is the handlers' (tools/runner/src/gaps.rs)."
+        "\n- Trapped executions: those of the flip that an exception or interrupt interrupted \
+         (the registers the CPU saves overwrite a mark below the executor's stack pointer), \
+         less as many as the 5 ms before the flip had at the same rate (the IPIs and ticks). \
+         Checked against textpoke's own trap counter (\"÷ textpoke's counter\"); upstream \
+         counts none. A plain execution: the median gap between two executions before the \
+         flip; a trapped one: the median of the interrupted executions' gaps during the flip, \
+         pooled over the flips (6% buckets); its extra: the difference. On x86 both paths take \
+         the same exception entry and exit, so the difference of the extras is the handlers' \
+         (tools/runner/src/gaps.rs)."
     );
     Some(out)
 }
@@ -287,28 +280,39 @@ mod tests {
         assert_eq!(hist_median(&hist(&[(3, 1), (5, 1)])), Some(4.0));
     }
 
-    fn gaps(before: &[(u32, u64)], flip: &[(u32, u64)]) -> Gaps {
+    /// Histograms before and during a flip: (plain, interrupted) each.
+    type Pairs<'a> = &'a [(u32, u64)];
+    fn gaps(before: (Pairs, Pairs), flip: (Pairs, Pairs)) -> Gaps {
         Gaps {
-            before: hist(before),
-            flip: hist(flip),
+            before: hist(before.0),
+            before_x: hist(before.1),
+            flip: hist(flip.0),
+            flip_x: hist(flip.1),
         }
     }
 
     #[test]
-    fn trapped_executions_are_the_slow_cluster_less_the_usual_rate() {
-        // Plain executions at 304..320 ns (bucket 83); traps at 2048..2176 ns (bucket 128);
-        // 1 in 1000 plain gaps slow anyway.
-        let g = gaps(&[(83, 999), (128, 1)], &[(83, 2000), (128, 502)]);
+    fn trapped_executions_are_the_interrupted_ones_less_the_usual_rate() {
+        // Plain executions at 304..320 ns (bucket 83); interrupted ones at 2048..2176 ns
+        // (bucket 128): 1 in 1000 before the flip (a tick), 502 of 2502 during it.
+        let g = gaps(
+            (&[(83, 999)], &[(128, 1)]),
+            (&[(83, 1990), (130, 10)], &[(128, 502)]),
+        );
         let t = flip_traps(&g).unwrap();
-        assert_eq!(t.plain_ns, 304.0 + 16.0 * 500.0 / 999.0);
-        // 502 slow, of which 2.5 expected anyway at the rate before.
+        assert_eq!(t.plain_ns, 304.0 + 16.0 * 499.5 / 999.0);
+        // 502 interrupted, of which 2.502 expected at the rate before; the 10 slow plain ones
+        // (code retranslated after a write, say) are no traps, however slow.
         assert!((t.trapped - (502.0 - 2502.0 / 1000.0)).abs() < 1e-9);
-        // Plain median 312 ns: from 1248 ns on a gap is a trap. Bucket 116 starts at 1280 ns,
-        // bucket 115 at 1216 ns.
-        let edge = gaps(&[(83, 1000)], &[(83, 10), (115, 7), (116, 3)]);
-        assert_eq!(flip_traps(&edge).unwrap().trapped, 3.0);
-        // No gaps before the flip: no plain median, no estimate.
-        assert_eq!(flip_traps(&gaps(&[], &[(128, 5)])), None);
+        assert_eq!(t.slow, hist(&[(128, 502)]));
+        // Fewer interrupted than the rate before predicts: none trapped, not fewer than none.
+        let quiet = gaps((&[(83, 90)], &[(128, 10)]), (&[(83, 100)], &[(128, 5)]));
+        assert_eq!(flip_traps(&quiet).unwrap().trapped, 0.0);
+        // No plain gaps before the flip: no plain median, no estimate.
+        assert_eq!(
+            flip_traps(&gaps((&[], &[(128, 1)]), (&[], &[(128, 5)]))),
+            None
+        );
     }
 
     fn sample(mode: &str, round: u32, traps: Option<u64>, g: Option<Gaps>) -> Sample {
@@ -338,7 +342,7 @@ mod tests {
                    [    1.1] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
                    \"round\":1,\"window\":\"before\",\"pairs\":[[83,5],[85,1]]}\n\
                    [    1.2] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
-                   \"round\":1,\"window\":\"flip\",\"pairs\":[]}\n\
+                   \"round\":1,\"window\":\"flip_x\",\"pairs\":[[128,2]]}\n\
                    [    1.3] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
                    \"round\":7,\"window\":\"flip\",\"pairs\":[]}\n\
                    [    1.4] textpoke-gaps: {\"arch\":\"x86_64\",\"mode\":\"textpoke\",\"n\":16,\
@@ -349,7 +353,10 @@ mod tests {
         ];
         let problems = attach(log, &mut samples);
         assert_eq!(samples[0].gaps, None);
-        assert_eq!(samples[1].gaps, Some(gaps(&[(83, 15), (85, 1)], &[])));
+        assert_eq!(
+            samples[1].gaps,
+            Some(gaps((&[(83, 15), (85, 1)], &[]), (&[], &[(128, 2)])))
+        );
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("round 7 without their sample"));
         assert!(problems[1].contains("unknown window `after`"));
@@ -357,7 +364,7 @@ mod tests {
 
     #[test]
     fn trapped_per_config_checks_the_counter() {
-        let g = gaps(&[(83, 1000)], &[(83, 1000), (128, 400)]);
+        let g = gaps((&[(83, 1000)], &[]), (&[(83, 1000)], &[(128, 400)]));
         let samples = [
             sample("textpoke", 0, Some(400), Some(g.clone())),
             sample("textpoke", 1, Some(500), Some(g)),
