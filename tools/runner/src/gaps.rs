@@ -23,6 +23,10 @@ use std::fmt::Write as _;
 /// The prefix of the agent's histogram lines (tools/agent/src/bench.rs `gaps_json`).
 pub const PREFIX: &str = "textpoke-gaps: ";
 
+/// The fewest trapped executions per flip (median) whose cost the table gives: below it they
+/// are the few interrupts the subtraction leaves (arm64's unguarded modes: 0 to 9 per flip).
+pub const MIN_TO_COST: f64 = 100.0;
+
 /// Buckets below this are one nanosecond wide (samples/textpoke_bench.c `gap_bucket()`).
 const SUB: u32 = 16;
 
@@ -218,7 +222,12 @@ pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
     let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
     for c in &rows {
         let Some(t) = &c.trapped else { continue };
-        let ns = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}"));
+        // Without traps the interrupted executions are the ticks and IPIs the subtraction
+        // leaves (a few per flip, each a vCPU switch long): no trap to cost.
+        let ns = |v: Option<f64>| match v {
+            Some(v) if t.count.median >= MIN_TO_COST => format!("{v:.0}"),
+            _ => "n/a".to_owned(),
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {:.0} ({:.0}–{:.0}) | {} | {:.0} | {} | {} |",
@@ -243,8 +252,9 @@ pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
          counts none. A plain execution: the median gap between two executions before the \
          flip; a trapped one: the median of the interrupted executions' gaps during the flip, \
          pooled over the flips (6% buckets); its extra: the difference. On x86 both paths take \
-         the same exception entry and exit, so the difference of the extras is the handlers' \
-         (tools/runner/src/gaps.rs)."
+         the same exception entry and exit, so the difference of the extras is the handlers'; \
+         n/a where the median flip has fewer than {MIN_TO_COST} trapped executions (arm64's \
+         unguarded modes: what is left is interrupts, tools/runner/src/gaps.rs)."
     );
     Some(out)
 }
