@@ -269,7 +269,7 @@ struct rep_result {
 static struct {
 	struct mutex lock;		/* one command at a time */
 	struct rep_result *results;
-	int nresults, nalloc;
+	int nresults;
 	u8 on_bytes[MAX_SITES][SITE_LEN], off_bytes[SITE_LEN];
 	/*
 	 * Our sites: the first text_n hold their branch, the others the NOP; textpoke last wrote
@@ -545,16 +545,15 @@ static bool next_state(enum mode mode, struct static_key_false *key)
 	}
 }
 
-/* Frees the last command's results, including a failed repetition's histogram. */
+/* Frees the last command's results (only the repetitions that completed have histograms). */
 static void free_results(void)
 {
 	int i;
 
-	for (i = 0; bench.results && i < bench.nalloc; i++)
+	for (i = 0; i < bench.nresults; i++)
 		kfree(bench.results[i].hist);
 	kfree(bench.results);
 	bench.results = NULL;
-	bench.nalloc = 0;
 	bench.nresults = 0;
 }
 
@@ -615,8 +614,10 @@ static int run_mode(enum mode mode, int n, int reps)
 		r->max_stall = stop_executors_into(r->hist);
 		if (!r->hist && !ret)
 			ret = -ENOMEM;
-		if (ret)
+		if (ret) {
+			kfree(r->hist);
 			break;
+		}
 		if (mode == M_TEXTPOKE)
 			bench.tp_n = bench.text_n = r->on ? n : 0;
 		else if (mode == M_NOSYNC || mode == M_STOP_MACHINE)
@@ -624,7 +625,6 @@ static int run_mode(enum mode mode, int n, int reps)
 	}
 	free_results();
 	bench.results = results;
-	bench.nalloc = reps;
 	bench.nresults = rep;
 	return ret;
 }

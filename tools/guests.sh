@@ -36,11 +36,8 @@ if [ "$variant" != unpatched ]; then
 	# tests of the production build).
 	debug=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" debug | tail -n 1)
 	extra+=(--debug-textpoke "$debug/textpoke.ko")
-	# The kernel's own static-key selftest (CONFIG_TEST_STATIC_KEYS=m), loaded while textpoke
-	# is the kernel's patcher (tools/agent/src/kernel_patching.rs).
-	for ko in lib/test_static_key_base.ko lib/test_static_keys.ko; do
-		extra+=(--kernel-ko "$kdir/$ko")
-	done
+	# The kernel's own modules the suite loads (its static-key selftest).
+	extra+=(--kernel-tree "$kdir")
 else
 	# The unpatched kernel only serves the check that textpoke refuses to load: no perf.
 	extra+=(--no-perf)

@@ -2,7 +2,7 @@
 # Builds the initramfs a textpoke test guest boots from.
 #
 #   tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf]
-#                      [--debug-textpoke <textpoke.ko>] [--kernel-ko <kernel's own .ko>]...
+#                      [--debug-textpoke <textpoke.ko>] [--kernel-tree <kernel object tree>]
 #
 # Contents:
 #   /init                  tools/guest/init (mounts, users, then execs the agent)
@@ -12,8 +12,9 @@
 #   /lib/textpoke/*.ko     every .ko under <modules-dir>, flattened to its file name
 #   /lib/textpoke/debug/textpoke.ko
 #                          the debug build of textpoke, if given (the negative controls)
-#   /lib/textpoke/*.ko     each --kernel-ko: a module of the kernel's own tree (its
-#                          static-key selftest, run while textpoke is the kernel's patcher)
+#   /lib/textpoke/*.ko     with --kernel-tree, the kernel's own modules the suite loads
+#                          (KERNEL_KOS: its static-key selftest, run while textpoke is the
+#                          kernel's patcher), from the tree that kernel was built in
 #   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
 #                          tools/perf-bundle.sh (left out with --no-perf)
 #   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
@@ -29,13 +30,17 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf] [--debug-textpoke <ko>] [--kernel-ko <ko>]..." >&2
+	echo "usage: tools/initramfs.sh <x86_64|arm64> <modules-dir> <agent-binary> <out.cpio> [--no-perf] [--debug-textpoke <ko>] [--kernel-tree <dir>]" >&2
 	exit 2
 }
 
+# The kernel's own modules the guest suite loads (tools/agent/src/kernel_patching.rs), as paths
+# in its object tree; CONFIG_TEST_STATIC_KEYS=m (tools/kconfig/common.config) builds them.
+KERNEL_KOS=(lib/test_static_key_base.ko lib/test_static_keys.ko)
+
 perf=1
 debug_ko=
-kernel_kos=()
+kernel_tree=
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -45,9 +50,9 @@ while [ $# -gt 0 ]; do
 		debug_ko=$2
 		shift
 		;;
-	--kernel-ko)
+	--kernel-tree)
 		[ $# -ge 2 ] || usage
-		kernel_kos+=("$2")
+		kernel_tree=$2
 		shift
 		;;
 	-h | --help) usage ;;
@@ -148,7 +153,8 @@ while IFS= read -r -d '' ko; do
 	install -m 0644 "$ko" "$stage/lib/textpoke/$name"
 	nko=$((nko + 1))
 done < <(find "$moddir" -name '*.ko' -type f -print0 | sort -z)
-for ko in "${kernel_kos[@]}"; do
+for rel in ${kernel_tree:+"${KERNEL_KOS[@]}"}; do
+	ko=$kernel_tree/$rel
 	name=$(basename "$ko")
 	[ -f "$ko" ] || die "kernel module $ko does not exist (a kernel config option missing?)"
 	[ ! -e "$stage/lib/textpoke/$name" ] || die "two modules named $name"

@@ -85,14 +85,9 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld \
 CARGO_TARGET_DIR="$build/cargo-host" \
 	cargo build --quiet --release --manifest-path "$top/Cargo.toml" -p textpoke-runner >&2
 initramfs=$work/initramfs.cpio
-# As tools/guests.sh does: the kernel's static-key selftest (CONFIG_TEST_STATIC_KEYS=m), here
-# as this tree built it, which the suite loads while textpoke is the kernel's patcher.
-kos=()
-for ko in lib/test_static_key_base.ko lib/test_static_keys.ko; do
-	kos+=(--kernel-ko "$work/src/$obj/$ko")
-done
+# As tools/guests.sh does: the kernel's own modules the suite loads, as this tree built them.
 "$top/tools/initramfs.sh" "$arch" "$mods" \
-	"$build/cargo-guest/$triple/guest/textpoke-agent" "$initramfs" "${kos[@]}" >&2
+	"$build/cargo-guest/$triple/guest/textpoke-agent" "$initramfs" --kernel-tree "$work/src/$obj" >&2
 "$build/cargo-host/release/textpoke-runner" boot --name "intree-$arch" --arch "$arch" \
 	--kernel "$work/src/$obj/$image" --initrd "$initramfs" --out "$cache/runs/intree" --smp 2 \
 	--append "textpoke.mode=test textpoke.controls=0" \

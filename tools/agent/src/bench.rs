@@ -123,7 +123,7 @@ fn parse_rep(line: &str) -> Option<Rep> {
 const PAIRS_PER_LINE: usize = 40;
 
 /// A sample's gap histograms as `textpoke-gaps:` JSON lines, each with the sample's place and up
-/// to [`PAIRS_PER_LINE`] pairs of one window (the runner joins them: tools/runner/src/bench.rs).
+/// to [`PAIRS_PER_LINE`] pairs of one window (the runner joins them: tools/runner/src/gaps.rs).
 /// A window without pairs still gets a line, so that the runner knows it was measured.
 fn gaps_json(p: &Place, rep: &Rep) -> Vec<String> {
     let mut lines = Vec::new();
@@ -277,7 +277,8 @@ fn sizes() -> Vec<u32> {
 /// `textpoke_bench`.
 pub fn run(ktap: &mut Ktap) {
     let cpus = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
-    if sys::cmdline_param("textpoke.bench_only").as_deref() == Some("kernel") {
+    let only = sys::cmdline_param("textpoke.bench_only");
+    if only.as_deref() == Some("kernel") {
         super::log("bench: the kernel's own patching only");
         let cases = super::kbench::run(arch(), cpus, log);
         let (_, selftest) = super::load_textpoke("kernel_patcher=0");
@@ -285,7 +286,7 @@ pub fn run(ktap: &mut Ktap) {
         return;
     }
     let mut cases = Vec::new();
-    if sys::cmdline_param("textpoke.bench_only").as_deref() == Some("flips") {
+    if only.as_deref() == Some("flips") {
         super::log("bench: the flips only");
     } else {
         super::log("bench: retargeting a hardware breakpoint (seed 004)");

@@ -628,8 +628,8 @@ pub fn cases(kcore: &Kcore) -> Case {
 /// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes
 /// it handed to it: once the function tracer's enable has queued [`MIDWAY`] changes with
 /// textpoke (`kernel.queued`: handed over, not committed yet), or had as many committed,
-/// thousands remaining in the same update, `delete_module` must fail with `EWOULDBLOCK` (in use), and textpoke must still be
-/// loaded when the enable ends. (Between two updates, or two phases of one, the kernel holds
+/// thousands remaining in the same update, `delete_module` must fail with `EWOULDBLOCK` (in
+/// use), and textpoke must still be loaded when the enable ends. (Between two updates, or two phases of one, the kernel holds
 /// nothing and textpoke may go: the first version of this check, which tried after any batch,
 /// unloaded it there, and the stock path finished the enable.) Then the tracer is turned off
 /// again and textpoke unloads.

@@ -133,8 +133,6 @@ pub struct FlipTraps {
     /// The interrupted executions of the flip, less as many as the window before had at its
     /// rate (the IPIs and ticks): the trapped executions.
     pub trapped: f64,
-    /// The interrupted executions' gaps during the flip.
-    pub slow: BTreeMap<u32, u64>,
 }
 
 /// [`FlipTraps`] of one sample's histograms; `None` without a plain median.
@@ -146,7 +144,6 @@ pub fn flip_traps(g: &Gaps) -> Option<FlipTraps> {
     Some(FlipTraps {
         plain_ns,
         trapped: (sum(&g.flip_x) - expected).max(0.0),
-        slow: g.flip_x.clone(),
     })
 }
 
@@ -160,7 +157,7 @@ pub struct Trapped {
     pub vs_counter: Option<f64>,
     /// The median plain execution (the median over the samples of each one's), ns.
     pub plain_ns: f64,
-    /// The median trapped execution, pooled over the samples' slow gaps, ns.
+    /// The median gap of the flips' interrupted executions, pooled over the samples, ns.
     pub trapped_ns: Option<f64>,
 }
 
@@ -178,7 +175,7 @@ pub fn trapped(samples: &[&Sample]) -> Option<Trapped> {
     let mut vs_counter = Vec::new();
     let mut pooled: BTreeMap<u32, u64> = BTreeMap::new();
     for s in samples {
-        let Some(t) = s.gaps.as_ref().and_then(flip_traps) else {
+        let Some((g, t)) = s.gaps.as_ref().and_then(|g| Some((g, flip_traps(g)?))) else {
             continue;
         };
         counts.push(t.trapped);
@@ -186,7 +183,7 @@ pub fn trapped(samples: &[&Sample]) -> Option<Trapped> {
         if let Some(engine) = s.traps.filter(|&e| e > 0) {
             vs_counter.push(t.trapped / engine as f64);
         }
-        for (b, c) in t.slow {
+        for (&b, &c) in &g.flip_x {
             *pooled.entry(b).or_default() += c;
         }
     }
@@ -314,7 +311,6 @@ mod tests {
         // 502 interrupted, of which 2.502 expected at the rate before; the 10 slow plain ones
         // (code retranslated after a write, say) are no traps, however slow.
         assert!((t.trapped - (502.0 - 2502.0 / 1000.0)).abs() < 1e-9);
-        assert_eq!(t.slow, hist(&[(128, 502)]));
         // Fewer interrupted than the rate before predicts: none trapped, not fewer than none.
         let quiet = gaps((&[(83, 90)], &[(128, 10)]), (&[(83, 100)], &[(128, 5)]));
         assert_eq!(flip_traps(&quiet).unwrap().trapped, 0.0);
