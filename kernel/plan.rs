@@ -466,6 +466,151 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
     }
 }
 
+/// Where a site of a commit that failed part way stands, as read back from the text (see
+/// [`Recovery`]).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
+pub struct Stranded {
+    /// It holds the guard.
+    pub guarded: bool,
+    /// Its record went out: it goes on to its new instruction; otherwise back to its old one.
+    pub recorded: bool,
+    /// x86: the bytes behind the guard are already its target's.
+    pub tail_done: bool,
+    /// x86: the bytes behind the guard are no longer the old instruction's: the plan wrote the
+    /// new tail, which a CPU may not have refetched since (the plan's next sync did not come).
+    pub tail_written: bool,
+}
+
+impl Stranded {
+    /// The instruction the site ends with.
+    pub fn target(&self, change: &Change) -> InsnBytes {
+        if self.recorded {
+            change.new
+        } else {
+            change.old
+        }
+    }
+}
+
+/// One step of a [`Recovery`]; `usize` fields index the batch's changes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Repair {
+    /// x86: write the target's bytes after the first, behind the guard.
+    Tail(usize),
+    /// Make every CPU's instruction stream reflect every write so far, and wait for it.
+    Sync,
+    /// Replace the guard with the target's head (x86: its first byte; arm64: all of it).
+    Head(usize),
+}
+
+/// How a commit whose write failed takes its guards out: by the plan's own rules, so that no
+/// CPU can execute a torn instruction, and every site ends as its record says.
+///
+/// A site that holds the guard goes to its new instruction if its record went out (a decoder
+/// switched to it at the record), to its old one otherwise; every other site is whole already.
+/// As in the guarded section, on x86 the tails go first, while every guard stands, then a
+/// sync if any tail behind a guard changed since the guards' sync (written now, or by the plan
+/// before it failed), so that no CPU can see a head with a stale tail; then the heads; then a
+/// sync, after which no CPU executes a guard and the batch may retire. Writing each site whole
+/// over its guard instead (what a single write of the target would do) lets a CPU that
+/// refetches the first byte see it with a stale tail: the host model catches that as a torn
+/// execution.
+#[derive(Clone, Debug)]
+pub struct Recovery<'a, C = Change> {
+    arch: Arch,
+    changes: &'a [C],
+    sites: &'a [Stranded],
+    phase: RecoveryPhase,
+    next: usize,
+    wrote: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RecoveryPhase {
+    Tails,
+    TailSync,
+    Heads,
+    HeadSync,
+    Done,
+}
+
+impl<'a, C: AsRef<Change>> Recovery<'a, C> {
+    /// The recovery of the batch `changes` on `arch`, whose sites stand as `sites` says (one
+    /// per change; a missing one counts as not guarded).
+    pub fn new(arch: Arch, changes: &'a [C], sites: &'a [Stranded]) -> Self {
+        Self {
+            arch,
+            changes,
+            sites,
+            phase: RecoveryPhase::Tails,
+            next: 0,
+            wrote: false,
+        }
+    }
+
+    /// Next guarded site at or after `self.next` for which `wanted` holds, and advances past it.
+    fn next_site(&mut self, wanted: impl Fn(Arch, &Change, &Stranded) -> bool) -> Option<usize> {
+        while let Some(change) = self.changes.get(self.next).map(AsRef::as_ref) {
+            let index = self.next;
+            self.next = self.next.saturating_add(1);
+            let site = self.sites.get(index).copied().unwrap_or_default();
+            if site.guarded && wanted(self.arch, change, &site) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    fn enter(&mut self, phase: RecoveryPhase) {
+        self.phase = phase;
+        self.next = 0;
+    }
+}
+
+impl<C: AsRef<Change>> Iterator for Recovery<'_, C> {
+    type Item = Repair;
+
+    fn next(&mut self) -> Option<Repair> {
+        loop {
+            match self.phase {
+                RecoveryPhase::Tails => {
+                    let tail = |arch, change: &Change, site: &Stranded| {
+                        arch == Arch::X86 && !site.tail_done && !site.target(change).tail().is_empty()
+                    };
+                    match self.next_site(tail) {
+                        Some(i) => {
+                            self.wrote = true;
+                            return Some(Repair::Tail(i));
+                        }
+                        None => self.enter(RecoveryPhase::TailSync),
+                    }
+                }
+                RecoveryPhase::TailSync => {
+                    self.enter(RecoveryPhase::Heads);
+                    let stale = self.sites.iter().any(|s| s.guarded && s.tail_written);
+                    if core::mem::take(&mut self.wrote) || stale {
+                        return Some(Repair::Sync);
+                    }
+                }
+                RecoveryPhase::Heads => match self.next_site(|_, _, _| true) {
+                    Some(i) => {
+                        self.wrote = true;
+                        return Some(Repair::Head(i));
+                    }
+                    None => self.enter(RecoveryPhase::HeadSync),
+                },
+                RecoveryPhase::HeadSync => {
+                    self.enter(RecoveryPhase::Done);
+                    if core::mem::take(&mut self.wrote) {
+                        return Some(Repair::Sync);
+                    }
+                }
+                RecoveryPhase::Done => return None,
+            }
+        }
+    }
+}
+
 /// What a plan costs: the numbers the benchmarks compare against upstream.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Cost {

@@ -55,7 +55,7 @@
 //! test), and hardware behaviour beyond "a view is some past value of memory until synchronized".
 
 use crate::insn::InsnBytes;
-use crate::plan::{self, Arch, Change, Plan, Step, X86_GUARD};
+use crate::plan::{self, Arch, Change, Plan, Recovery, Repair, Step, Stranded, X86_GUARD};
 use std::collections::HashSet;
 
 /// arm64 `BRK #0x008` (the guard immediate our kernel patch reserves), little-endian.
@@ -86,7 +86,8 @@ pub enum Violation {
     Torn,
     /// A CPU trapped on a guard the table could not resolve (in the kernel: an oops).
     UnhandledTrap,
-    /// The plan ended with a site not holding its new instruction.
+    /// The plan ended with a site not holding its new instruction (after a failed write: not
+    /// holding the instruction its record says, or still a guard).
     FinalText,
     /// arm64: the poker replaced or installed a word outside the concurrently modifiable set
     /// ([`arm64_concurrently_modifiable`]) while other CPUs could fetch the site, that is outside
@@ -185,6 +186,24 @@ impl Report {
     }
 }
 
+/// How a commit whose write failed takes its guards out, when the model makes writes fail
+/// ([`Batch::failing`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Recover {
+    /// The planner's [`Recovery`], as the engine runs it.
+    Plan,
+    /// Negative control: each guarded site written whole with the instruction its record says,
+    /// then one sync (what the engine did before it followed the plan's rules).
+    WholeOverGuard,
+}
+
+/// One step of a recovery in the model: the planner's, or the negative control's.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Undo {
+    Repair(Repair),
+    Whole(usize),
+}
+
 /// The batch under test.
 #[derive(Clone, Debug)]
 pub struct Batch {
@@ -192,6 +211,8 @@ pub struct Batch {
     changes: Vec<Change>,
     steps: Vec<Step>,
     protocol: Protocol,
+    /// Whether any write may fail, and how the commit then recovers.
+    failing: Option<Recover>,
 }
 
 impl Batch {
@@ -207,7 +228,18 @@ impl Batch {
             changes,
             steps,
             protocol,
+            failing: None,
         }
+    }
+
+    /// The same batch, with every write of its plan also failing in one branch of the
+    /// exploration (the writes before it made, it and the rest not), after which the poker takes
+    /// the guards out as `recover` says and retires the batch. Every site must then hold what
+    /// its record says (the new instruction if its record went out, the old one otherwise), and
+    /// no execution meanwhile may break the invariant.
+    pub fn failing(mut self, recover: Recover) -> Self {
+        self.failing = Some(recover);
+        self
     }
 
     fn chunks(&self) -> usize {
@@ -264,6 +296,8 @@ struct State {
     published: bool,
     /// The single-slot table's current site.
     slot: Option<usize>,
+    /// After a failed write: where each site stood then, and the recovery's steps still to do.
+    failed: Option<(Vec<Stranded>, Vec<Undo>)>,
 }
 
 impl State {
@@ -283,6 +317,7 @@ impl State {
             views,
             published: false,
             slot: None,
+            failed: None,
         }
     }
 
@@ -360,8 +395,72 @@ impl State {
         })
     }
 
+    /// The state in which the poker's next step, a write, fails instead: where each site stands
+    /// is read from memory, as the engine reads the text, and the recovery planned from it.
+    fn fail(&self, batch: &Batch, recover: Recover) -> Option<State> {
+        let step = *batch.steps.get(self.pc)?;
+        self.written(batch, step)?;
+        let stranded: Vec<Stranded> = batch
+            .changes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let recorded = self.recorded[i];
+                let target = if recorded { c.new } else { c.old };
+                let tail = self.mem[i].get(1..);
+                Stranded {
+                    guarded: batch.is_guard(&self.mem[i]),
+                    recorded,
+                    tail_done: tail == target.as_slice().get(1..),
+                    tail_written: batch.arch == Arch::X86 && tail != c.old.as_slice().get(1..),
+                }
+            })
+            .collect();
+        let undo = match recover {
+            Recover::Plan => Recovery::new(batch.arch, &batch.changes, &stranded)
+                .map(Undo::Repair)
+                .collect(),
+            Recover::WholeOverGuard => {
+                let mut v: Vec<Undo> = (0..stranded.len())
+                    .filter(|&i| stranded[i].guarded)
+                    .map(Undo::Whole)
+                    .collect();
+                v.push(Undo::Repair(Repair::Sync));
+                v
+            }
+        };
+        let mut next = self.clone();
+        next.failed = Some((stranded, undo));
+        Some(next)
+    }
+
+    /// The recovery's next step, applied; `None` when it is done (the batch then retires).
+    fn undo(&self, batch: &Batch) -> Option<State> {
+        let (stranded, undo) = self.failed.as_ref()?;
+        let (&first, rest) = undo.split_first()?;
+        let mut next = self.clone();
+        let target = |i: usize| stranded[i].target(&batch.changes[i]);
+        match first {
+            Undo::Repair(Repair::Sync) => next.sync_all(),
+            Undo::Repair(Repair::Tail(i)) => next.mem[i][1..].copy_from_slice(target(i).tail()),
+            Undo::Repair(Repair::Head(i)) => match batch.arch {
+                Arch::X86 => next.mem[i][0] = target(i).head(),
+                Arch::Arm64 => next.mem[i] = target(i).as_slice().to_vec(),
+            },
+            Undo::Whole(i) => next.mem[i] = target(i).as_slice().to_vec(),
+        }
+        next.failed = Some((stranded.clone(), rest.to_vec()));
+        if rest.is_empty() {
+            next.published = false;
+        }
+        Some(next)
+    }
+
     /// The poker's next step, applied; `None` when the plan is done.
     fn step(&self, batch: &Batch) -> Option<State> {
+        if self.failed.is_some() {
+            return self.undo(batch);
+        }
         let step = *batch.steps.get(self.pc)?;
         let mut next = self.clone();
         next.pc += 1;
@@ -466,14 +565,21 @@ impl State {
                 }
             }
         }
-        if self.unsafe_write(batch, cpus) {
+        if self.failed.is_none() && self.unsafe_write(batch, cpus) {
             report.violation(Violation::UnsafeConcurrentModification);
+        }
+        if let Some(recover) = batch.failing.filter(|_| self.failed.is_none()) {
+            next.extend(self.fail(batch, recover));
         }
         match self.step(batch) {
             Some(s) => next.push(s),
             None => {
                 for (site, change) in batch.changes.iter().enumerate() {
-                    if self.mem[site] != change.new.as_slice() {
+                    let want = match &self.failed {
+                        Some((stranded, _)) => stranded[site].target(change),
+                        None => change.new,
+                    };
+                    if self.mem[site] != want.as_slice() {
                         report.violation(Violation::FinalText);
                     }
                 }
@@ -533,7 +639,8 @@ pub fn random_walks(batch: &Batch, cpus: usize, walks: usize, seed: u64) -> Repo
         loop {
             report.states += 1;
             let next = state.explore(batch, cpus, &mut report);
-            let done = state.pc >= batch.steps.len();
+            let done = state.pc >= batch.steps.len()
+                && state.failed.as_ref().is_none_or(|(_, undo)| undo.is_empty());
             if next.is_empty() || (done && rand(4) == 0) {
                 break;
             }

@@ -5,7 +5,7 @@
 
 use textpoke_core::model::{
     arm64_concurrently_modifiable, change, exhaustive, parked, random_walks, until, Batch,
-    Protocol, Report, Violation,
+    Protocol, Recover, Report, Violation,
 };
 use textpoke_core::plan::{self, Arch, Change};
 use yaxpeax_arch::{Decoder, U8Reader};
@@ -112,6 +112,34 @@ fn guarded_is_clean_on_random_walks_8_cpus_16_sites() {
         assert!(r.trapped > 0);
         assert_eq!(r.ambiguous, 0);
     }
+}
+
+/// A write of the plan that fails, at every write of it, in every interleaving: the planner's
+/// recovery leaves every site whole and as its record says, with no execution breaking the
+/// invariant meanwhile.
+#[test]
+fn failed_writes_recover_cleanly_exhaustively() {
+    for (arch, sites, cpus) in [
+        (Arch::X86, x86_sites(3), 2),
+        (Arch::X86, x86_sites(2), 3),
+        (Arch::Arm64, arm64_sites(3), 3),
+    ] {
+        let n = sites.len();
+        let r = exhaustive(&Batch::new(arch, GUARDED, sites).failing(Recover::Plan), cpus);
+        show(&format!("{arch:?} failing writes {cpus}x{n}"), &r);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(r.old > 0 && r.new > 0 && r.trapped > 0);
+    }
+}
+
+/// Negative control: recovering by writing each guarded site whole, then one sync (x86), lets a
+/// CPU that refetches the first byte see it with a stale tail.
+#[test]
+fn control_whole_write_recovery_is_caught() {
+    let batch = Batch::new(Arch::X86, GUARDED, x86_sites(2)).failing(Recover::WholeOverGuard);
+    let r = until(&batch, 2, Violation::Torn);
+    show("x86 whole-write recovery until Torn", &r);
+    assert!(r.found(Violation::Torn), "{:?}", r.violations);
 }
 
 /// Each negative control must be caught, with the violation that explains it.
