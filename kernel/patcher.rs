@@ -132,7 +132,23 @@ fn change(addr: u64, new: &[u8]) -> Result<Entry, Declined> {
 
 /// Takes the change at `addr` to `new` into the queue, committing what is queued first if
 /// the queue is full or already touches the site.
+///
+/// The change's old instruction is read after that commit: a change queued earlier at the
+/// same site is in the text by then, and the new entry must start from it. Read before, the
+/// entry would carry the instruction the earlier change replaced, and its batch would find
+/// the text changed behind its back.
 fn queue(engine: &Engine, held: &TextMutexGuard<'_>, addr: u64, new: &[u8]) -> bool {
+    let end = addr.saturating_add(new.len() as u64);
+    let flush = engine.queue.with(held, |q| {
+        q.entries.len() >= KERNEL_MAX_SITES
+            || (addr < q.top.saturating_add(MAX_INSN_LEN as u64)
+                && q.entries.iter().any(|e| {
+                    e.addr < end && addr < e.addr.saturating_add(e.change.new.len() as u64)
+                }))
+    });
+    if flush {
+        commit(engine, held);
+    }
     let entry = match change(addr, new) {
         Ok(entry) => entry,
         Err(why) => {
@@ -144,17 +160,6 @@ fn queue(engine: &Engine, held: &TextMutexGuard<'_>, addr: u64, new: &[u8]) -> b
             return false;
         }
     };
-    let end = addr.saturating_add(entry.change.new.len() as u64);
-    let flush = engine.queue.with(held, |q| {
-        q.entries.len() >= KERNEL_MAX_SITES
-            || (addr < q.top.saturating_add(MAX_INSN_LEN as u64)
-                && q.entries.iter().any(|e| {
-                    e.addr < end && addr < e.addr.saturating_add(e.change.new.len() as u64)
-                }))
-    });
-    if flush {
-        commit(engine, held);
-    }
     engine.queue.with(held, |q| {
         if q.entries.push(entry, GFP_KERNEL).is_err() {
             q.declined = q.declined.saturating_add(1);
