@@ -15,13 +15,13 @@ static_assert!(<This as Arch>::KIND_NAMES.len() <= KINDS);
 /// One CPU's trap counters.
 #[repr(align(64))]
 struct CpuTraps {
+    /// Every trap textpoke emulated on the CPU (`textpoke_cpu_traps()`).
     total: AtomicU64,
+    /// Traps at the guards of modules' batches, by instruction kind.
     by_kind: [AtomicU64; KINDS],
     /// Traps on a guard that was no longer in memory (see `trap::Replaced`).
     vanished: AtomicU64,
-    /// Traps on the guards of the kernel's own changes (`patcher.rs`), which `total` leaves
-    /// out: an executor counts its own site's traps by `total`, and a kernel guard its CPU
-    /// meets meanwhile (in an interrupt, say) is not one of them.
+    /// Traps on the guards of the kernel's own changes (`patcher.rs`).
     kernel: AtomicU64,
 }
 
@@ -203,14 +203,15 @@ impl Stats {
     #[inline(always)]
     pub(crate) fn count_trap(&self, cpu: usize, kind: usize, kernel: bool) {
         if let Some(c) = self.cpus.get(cpu) {
-            if kernel {
-                c.kernel.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
             // Only this CPU writes its line; readers tolerate a count that is a moment old.
             c.total.fetch_add(1, Ordering::Relaxed);
-            if let Some(k) = c.by_kind.get(kind) {
-                k.fetch_add(1, Ordering::Relaxed);
+            let by = if kernel {
+                Some(&c.kernel)
+            } else {
+                c.by_kind.get(kind)
+            };
+            if let Some(by) = by {
+                by.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -225,11 +226,12 @@ impl Stats {
         }
     }
 
-    /// Traps emulated on `cpu` so far (0 for an unknown CPU).
+    /// Guard traps emulated on `cpu` so far (0 for an unknown CPU): at the guards of every
+    /// batch, the modules' and the kernel's own, and at guards replaced just before the trap.
     ///
-    /// A thread bound to `cpu` that reads this before and after executing a site learns
-    /// whether that execution trapped: the trap's increment happens on the same CPU, before
-    /// the trap returns.
+    /// A thread that reads this before and after executing a site on `cpu` with interrupts
+    /// disabled learns whether that execution trapped: the trap's increment happens on the same
+    /// CPU, before the trap returns, and only an NMI could trap in between.
     pub(crate) fn cpu_traps(&self, cpu: usize) -> u64 {
         self.cpus
             .get(cpu)

@@ -115,9 +115,11 @@ int textpoke_batch_stats(struct textpoke_batch *batch,
 void textpoke_batch_end(struct textpoke_batch *batch);
 
 /*
- * Guard traps emulated on @cpu so far. A thread bound to @cpu that reads it
- * before and after executing a site (with preemption disabled) learns whether
- * that execution trapped.
+ * Guard traps emulated on @cpu so far: at the guards of every batch, the
+ * modules' and the kernel's own jump label and ftrace changes alike. A thread
+ * that reads it before and after executing a site on @cpu with interrupts
+ * disabled learns whether that execution trapped (only an NMI that trapped
+ * meanwhile would count too).
  */
 u64 textpoke_cpu_traps(unsigned int cpu);
 

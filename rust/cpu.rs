@@ -110,6 +110,37 @@ impl Drop for NoPreempt {
     }
 }
 
+/// Disables interrupts on this CPU until dropped (`local_irq_save()`), which also keeps the
+/// caller on it.
+pub(crate) struct NoIrq {
+    flags: core::ffi::c_ulong,
+    _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+extern "C" {
+    fn textpoke_helper_irq_save() -> core::ffi::c_ulong;
+    fn textpoke_helper_irq_restore(flags: core::ffi::c_ulong);
+}
+
+impl NoIrq {
+    /// Disables interrupts.
+    pub(crate) fn new() -> Self {
+        // SAFETY: Balanced by `drop`, on this CPU (the guard cannot move: not `Send`).
+        let flags = unsafe { textpoke_helper_irq_save() };
+        Self {
+            flags,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for NoIrq {
+    fn drop(&mut self) {
+        // SAFETY: Restores what `new` saved, on the same CPU.
+        unsafe { textpoke_helper_irq_restore(self.flags) };
+    }
+}
+
 extern "C" {
     fn textpoke_helper_cpu_relax();
 }

@@ -67,6 +67,19 @@ void textpoke_helper_preempt_enable(void)
 	preempt_enable();
 }
 
+unsigned long textpoke_helper_irq_save(void)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	return flags;
+}
+
+void textpoke_helper_irq_restore(unsigned long flags)
+{
+	local_irq_restore(flags);
+}
+
 /*
  * copy_from_kernel_nofault() for the trap path: the same fault-tolerant loads, inlined here
  * (__get_kernel_nofault() with exception-table fixups) so that nothing the handler calls can be

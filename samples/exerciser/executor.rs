@@ -4,7 +4,7 @@
 //!
 //! Each execution is timed with perf's clock and classified: which instruction ran (the
 //! function's return value, or for call sites whether the trampoline counted it) and whether
-//! it trapped (this CPU's guard-trap count changed across the call; preemption is off, so
+//! it trapped (this CPU's guard-trap count changed across the call; interrupts are off, so
 //! nothing else ran on this CPU in between). Executions that overlap a batch changing their
 //! site are logged for the guest agent's ordering check. The others ran with the site's
 //! committed instruction in place, which is known, so they are checked on the spot.
@@ -14,7 +14,7 @@ use super::pool::{PoolKind, Site};
 use super::uapi::ExecRecord;
 use super::Shared;
 use crate::clock;
-use crate::cpu::{self, NoPreempt};
+use crate::cpu::{self, NoIrq};
 use crate::kthread::{self, Kthread};
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
@@ -121,7 +121,9 @@ fn run(ex: &Executor) {
             .get(index)
             .map_or(0, |s| s.load(Ordering::Acquire));
         let (record, trapped) = {
-            let _pinned = NoPreempt::new();
+            // Interrupts off: a guard of the kernel's own an interrupt handler met in between
+            // would move this CPU's trap count too (`textpoke_cpu_traps()`).
+            let _pinned = NoIrq::new();
             let traps = engine_api::cpu_traps(ex.cpu);
             let start = clock::now();
             let path = execute(site, &mut hits);
