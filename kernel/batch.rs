@@ -24,8 +24,8 @@ use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::module_text::{Module, ModuleRef};
 use crate::pending::PublishError;
-use crate::plan::{Change, Plan, Step};
-use crate::series::TextMutexGuard;
+use crate::plan::{Change, Plan, Recovery, Repair, Step, Stranded};
+use crate::series::{KprobesGuard, TextMutexGuard};
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -252,14 +252,6 @@ impl Batch {
         let start = clock::now();
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
-        if let Some(e) = self.entries.iter().find(|e| !holds(e.addr, &e.change.old)) {
-            pr_err!(
-                "batch {id}: site {:#x} changed behind textpoke's back\n",
-                e.addr
-            );
-            return Err(errno::text_changed());
-        }
-        let check_ns = clock::now().saturating_sub(start);
         // The kernel's own changes get only the defects that touch records, never the text:
         // the checks of the kernel's keys and ftrace must see them, and a broken write or
         // emulation of kernel text would break the boot rather than a check.
@@ -282,6 +274,12 @@ impl Batch {
                 }
             }
         }
+        // Keeps kprobes from arming a probe on a site between the check of its text and its
+        // guard (`Common::lock_kprobes`), until the guards are written. Taken first, as kprobes
+        // takes it before the hotplug lock and `text_mutex`. Not for a kernel batch: its sites
+        // are jump labels and ftrace's, which kprobes refuses, and its caller holds
+        // `text_mutex`, which this lock must precede.
+        let kprobes = (!caller_holds_text).then(|| engine.series.common.lock_kprobes());
         // Keeps the CPU set stable for the syncs and the parked section; taken before
         // `text_mutex`, as every in-kernel poker does. Not for a kernel batch, whose caller holds
         // `text_mutex` already (taking the hotplug lock inside it would invert that order): its
@@ -293,7 +291,14 @@ impl Batch {
             id,
             entries: &self.entries,
             stats: &mut self.stats,
-            recorded: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
+            sites: KVec::from_elem(Stranded::default(), self.entries.len(), GFP_KERNEL)?,
+            conflict: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
+            kprobes,
+            fail_write: if self.kernel {
+                None
+            } else {
+                debug::failing_write()
+            },
             // SAFETY: `caller_holds_text` only when `commit_kernel`'s caller holds `text_mutex`
             // for the whole call, which `run` does not outlive.
             held: caller_holds_text.then(|| unsafe { engine.series.common.text_held_by_caller() }),
@@ -337,7 +342,6 @@ impl Batch {
         };
         self.committed = true;
         let plan_ns = parts.iter().fold(0u64, |sum, ns| sum.saturating_add(*ns));
-        add_part(&mut parts, Part::Check, check_ns);
         add_part(&mut parts, Part::Table, table_ns.saturating_sub(plan_ns));
         self.stats.nsecs = clock::now().saturating_sub(start);
         self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
@@ -404,8 +408,17 @@ struct Run<'a> {
     id: u64,
     entries: &'a [Entry],
     stats: &'a mut BatchStats,
-    /// Per change, whether its record went out.
-    recorded: KVec<bool>,
+    /// Per change, whether its record went out, and once a step failed, where its site stands
+    /// (`Run::recover`).
+    sites: KVec<Stranded>,
+    /// Per change, whether its site no longer held the guard when its head was due: another
+    /// patcher wrote there, and the site is left as that patcher left it (`Run::check_guards`).
+    conflict: KVec<bool>,
+    /// kprobes' lock, from before the text check until the guards are written (module batches).
+    kprobes: Option<KprobesGuard<'a>>,
+    /// The write that fails on purpose (debug builds, [`debug::failing_write`]), counted from 1
+    /// over the plan's writes; recovery's own writes never fail on purpose.
+    fail_write: Option<u32>,
     /// Time per part of the plan so far (see [`Part`]).
     parts: Parts,
     /// `text_mutex`, while this commit writes.
@@ -447,6 +460,11 @@ impl<'a> Run<'a> {
         let mut plan = Plan::with_protocol(This::PLAN, defect.protocol(), entries);
         // The one change a step-skipping defect hits: the first guarded one.
         let victim = entries.iter().position(|e| !e.change.parked);
+        // Before the first write, under `text_mutex`, which the writes that follow keep: no
+        // site's text may have changed since the batch took it (a kprobe armed, another
+        // patcher's write). A batch that finds one writes nothing.
+        self.check_text()?;
+        let mut heads_checked = false;
         while let Some(step) = plan.next() {
             let skipped = match (defect, step) {
                 (
@@ -472,15 +490,13 @@ impl<'a> Run<'a> {
                 Step::WriteTail(i) => self
                     .entry(i)
                     .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
-                Step::WriteHead(i) => self.entry(i).and_then(|e| {
-                    let head = e
-                        .change
-                        .new
-                        .as_slice()
-                        .get(..<This as Arch>::HEAD_LEN)
-                        .ok_or(EINVAL)?;
-                    self.queue(i, 0, head, part)
-                }),
+                Step::WriteHead(i) if !heads_checked => {
+                    heads_checked = true;
+                    self.flush()
+                        .and_then(|()| self.check_guards())
+                        .and_then(|()| self.queue_head(i, part))
+                }
+                Step::WriteHead(i) => self.queue_head(i, part),
                 // Every other step comes after the writes queued before it.
                 _ => self.flush().map(|()| false),
             };
@@ -512,8 +528,10 @@ impl<'a> Run<'a> {
                 }
                 Step::Sync => {
                     // Never hold text_mutex across a sync: other batches and the kernel's own
-                    // pokers get to write while this one waits for the IPI round.
+                    // pokers get to write while this one waits for the IPI round. The guards
+                    // are written: kprobes sees them from here on, and refuses these sites.
                     self.release_text();
+                    self.kprobes = None;
                     This::sync_all();
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
@@ -555,7 +573,84 @@ impl<'a> Run<'a> {
             return Err(e);
         }
         self.release_text();
+        if let Some(i) = self.conflict.iter().position(|c| *c) {
+            pr_err!(
+                "batch {}: site {:#x} changed while its guard stood; left as another patcher wrote it\n",
+                self.id,
+                self.entry(i)?.addr
+            );
+            return Err(errno::text_changed());
+        }
         Ok(())
+    }
+
+    /// Reads back every site, under `text_mutex` (taken here, kept for the writes that follow):
+    /// each must still hold the instruction the batch took it with. `EIO` with a log line if one
+    /// does not: another patcher changed it (a kprobe armed there, for one), and the batch
+    /// leaves it to them.
+    fn check_text(&mut self) -> Result {
+        let start = clock::now();
+        let series = &self.engine.series;
+        self.held.get_or_insert_with(|| series.common.lock_text());
+        let changed = self.entries.iter().find(|e| !holds(e.addr, &e.change.old));
+        add_part(
+            &mut self.parts,
+            Part::Check,
+            clock::now().saturating_sub(start),
+        );
+        if let Some(e) = changed {
+            pr_err!(
+                "batch {}: site {:#x} changed behind textpoke's back\n",
+                self.id,
+                e.addr
+            );
+            return Err(errno::text_changed());
+        }
+        Ok(())
+    }
+
+    /// Reads back every site whose head is due, under `text_mutex` (taken here, kept for the
+    /// head writes): each must still hold the guard, and on x86 the new tail behind it. A site
+    /// that does not was written by another patcher while the guard stood; its head is not
+    /// written, so that patcher's bytes stay, and the commit fails with `EIO` once the other
+    /// sites are complete. Nothing in the kernel writes over a guard today (kprobes refuses a
+    /// breakpoint; `text_mutex` serializes the rest), so this only defends against what
+    /// would.
+    fn check_guards(&mut self) -> Result {
+        let start = clock::now();
+        let series = &self.engine.series;
+        self.held.get_or_insert_with(|| series.common.lock_text());
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.change.parked || e.change.old == e.change.new {
+                continue;
+            }
+            if !holds_guarded(e.addr, &e.change.new) {
+                if let Some(c) = self.conflict.get_mut(i) {
+                    *c = true;
+                }
+            }
+        }
+        add_part(
+            &mut self.parts,
+            Part::Check,
+            clock::now().saturating_sub(start),
+        );
+        Ok(())
+    }
+
+    /// Queues change `i`'s head write, unless its site was found written by another patcher.
+    fn queue_head(&mut self, i: usize, part: Part) -> Result<bool> {
+        if self.conflict.get(i).copied().unwrap_or(false) {
+            return Ok(true);
+        }
+        let e = self.entry(i)?;
+        let head = e
+            .change
+            .new
+            .as_slice()
+            .get(..<This as Arch>::HEAD_LEN)
+            .ok_or(EINVAL)?;
+        self.queue(i, 0, head, part)
     }
 
     /// Queues the write of `bytes` at offset `offset` of change `i`'s site, counted to `part`;
@@ -596,7 +691,17 @@ impl<'a> Run<'a> {
         self.yield_if_due();
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
-        let made = This::write_many(&series.arch, held, &self.queued);
+        // A write failing on purpose (debug builds): the ones before it are made, as when the
+        // arch's write fails part way.
+        let failing = self.fail_write.and_then(|k| {
+            let i = usize::try_from(k.checked_sub(self.stats.writes)?.checked_sub(1)?).ok()?;
+            (i < self.queued.len()).then_some(i)
+        });
+        let made = match failing {
+            Some(i) => This::write_many(&series.arch, held, self.queued.get(..i).unwrap_or(&[]))
+                .and(Err(EIO)),
+            None => This::write_many(&series.arch, held, &self.queued),
+        };
         // SAFETY: 0 is at most the capacity, and leaves no element to initialize; the writes are
         // `Copy`, so dropping them by forgetting them is what dropping them would do.
         unsafe { self.queued.set_len(0) };
@@ -619,6 +724,9 @@ impl<'a> Run<'a> {
             return Err(EINVAL);
         }
         self.yield_if_due();
+        if self.fail_write == Some(self.stats.writes.saturating_add(1)) {
+            return Err(EIO);
+        }
         let series = &self.engine.series;
         let held = self.held.get_or_insert_with(|| series.common.lock_text());
         This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
@@ -656,8 +764,8 @@ impl<'a> Run<'a> {
             (cpu::current(), clock::now())
         };
         self.logged(e, what, time, cpu);
-        if let Some(r) = self.recorded.get_mut(i) {
-            *r = what != Emit::Before;
+        if let Some(s) = self.sites.get_mut(i) {
+            s.recorded = what != Emit::Before;
         }
         Ok(())
     }
@@ -734,8 +842,8 @@ impl<'a> Run<'a> {
                     let e = self.entry(i)?;
                     let (time, cpu) = emitted.get(k).copied().unwrap_or((0, 0));
                     self.logged(e, Emit::Change, time, cpu);
-                    if let Some(r) = self.recorded.get_mut(i) {
-                        *r = true;
+                    if let Some(s) = self.sites.get_mut(i) {
+                        s.recorded = true;
                     }
                 }
                 _ => {}
@@ -751,37 +859,72 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Brings every site out of its guard after a failed write, so the batch can retire.
+    /// Takes every guard out after a failed step, by the planner's recovery
+    /// ([`Recovery`], in plan.rs, which says why its order), so that the batch can retire and
+    /// the text agrees with the records that went out. Every site that held a guard is then
+    /// recorded as replaced, before the batch retires.
     ///
-    /// A guarded site gets its new instruction if its record was emitted (the tail, on x86,
-    /// is already new then) and its old one otherwise, so the text matches the record stream.
-    /// Then one sync, so no CPU still executes a guard.
+    /// Recovery's own writes never fail on purpose; one that fails is logged and leaves its
+    /// guard, which the handler no longer resolves once the batch retires (a failed
+    /// `text_poke()` BUG()s upstream).
     fn recover(&mut self) {
-        pr_err!("batch {}: write failed; restoring guarded sites\n", self.id);
-        for i in 0..self.entries.len() {
-            let Ok(e) = self.entry(i) else {
-                break;
-            };
+        pr_err!(
+            "batch {}: write failed; taking the guards out by the plan's rules\n",
+            self.id
+        );
+        self.fail_write = None;
+        // SAFETY: As in `flush`: the writes queued when the step failed are dropped, since
+        // recovery decides afresh from the text.
+        unsafe { self.queued.set_len(0) };
+        let guard = <This as Arch>::GUARD;
+        for (e, s) in self.entries.iter().zip(self.sites.iter_mut()) {
+            let target = s.target(&e.change);
             let mut now = [0u8; MAX_INSN_LEN];
-            let Some(now) = now.get_mut(..e.change.old.len()) else {
+            let Some(now) = now.get_mut(..target.len()) else {
                 continue;
             };
-            if kernel_text::read(e.addr, now).is_err() || !This::is_guard(now) {
-                continue;
-            }
-            let recorded = self.recorded.get(i).copied().unwrap_or(false);
-            let target = if recorded { e.change.new } else { e.change.old };
-            if self.write(i, 0, target.as_slice()).is_err() {
-                pr_err!(
-                    "batch {}: site {:#x} is stuck on its guard\n",
-                    self.id,
-                    e.addr
+            let read = kernel_text::read(e.addr, now).is_ok();
+            let tail = now.get(guard.len()..);
+            s.guarded = read && now.starts_with(guard);
+            s.tail_done = read && tail == target.as_slice().get(guard.len()..);
+            s.tail_written = read && tail != e.change.old.as_slice().get(guard.len()..);
+        }
+        let entries = self.entries;
+        let sites = core::mem::replace(&mut self.sites, KVec::new());
+        for repair in Recovery::new(This::PLAN, entries, &sites) {
+            let done = match repair {
+                Repair::Sync => {
+                    self.release_text();
+                    This::sync_all();
+                    self.stats.syncs = self.stats.syncs.saturating_add(1);
+                    Ok(())
+                }
+                Repair::Tail(i) | Repair::Head(i) => {
+                    let (Some(e), Some(s)) = (entries.get(i), sites.get(i)) else {
+                        continue;
+                    };
+                    let target = s.target(&e.change);
+                    let (offset, bytes) = match repair {
+                        Repair::Tail(_) => (guard.len(), target.as_slice().get(guard.len()..)),
+                        _ => (0, target.as_slice().get(..guard.len())),
+                    };
+                    self.write(i, offset as u64, bytes.unwrap_or(&[]))
+                }
+            };
+            if done.is_err() {
+                pr_crit!(
+                    "batch {}: {repair:?} failed: a guard may be left behind\n",
+                    self.id
                 );
             }
         }
         self.release_text();
-        This::sync_all();
-        self.stats.syncs = self.stats.syncs.saturating_add(1);
+        for (e, s) in entries.iter().zip(sites.iter()) {
+            if s.guarded {
+                self.engine.replaced.record(e.addr);
+            }
+        }
+        self.sites = sites;
     }
 }
 
@@ -917,6 +1060,21 @@ fn holds(addr: u64, insn: &InsnBytes) -> bool {
     let mut now = [0u8; MAX_INSN_LEN];
     now.get_mut(..insn.len())
         .is_some_and(|now| kernel_text::read(addr, now).is_ok() && *now == *insn.as_slice())
+}
+
+/// Whether the site at `addr`, on its way to `new`, holds the guard and behind it `new`'s
+/// tail: what the plan leaves there before the head write.
+fn holds_guarded(addr: u64, new: &InsnBytes) -> bool {
+    let guard = <This as Arch>::GUARD;
+    let mut now = [0u8; MAX_INSN_LEN];
+    let Some(now) = now.get_mut(..new.len()) else {
+        return false;
+    };
+    if kernel_text::read(addr, now).is_err() {
+        return false;
+    }
+    let (head, tail) = now.split_at(guard.len().min(new.len()));
+    head == guard && new.as_slice().get(guard.len()..).is_some_and(|t| t == tail)
 }
 
 impl Drop for Batch {

@@ -53,6 +53,24 @@ impl Defect {
 extern "C" {
     /// Defined and registered as a module parameter in kernel/exports.c (debug builds only).
     static textpoke_debug_protocol: kernel::ffi::c_int;
+    /// Likewise: which write of a module's batch fails on purpose (0: none).
+    static textpoke_fail_write: kernel::ffi::c_int;
+}
+
+/// The write of the next module batch that fails on purpose, counted from 1 over the writes its
+/// plan makes (guards, tails, heads, whole instructions), as an arch write failing part way
+/// would: the writes before it are made, it and the rest of its step's are not. Always `None`
+/// in a production build. Recovery (`Run::recover`) must then take every guard out by the
+/// plan's rules, which the guest checks for every `k` of a small batch.
+pub(crate) fn failing_write() -> Option<u32> {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        // SAFETY: An `int` module parameter; read once per batch, as `defect` reads its own.
+        let k = unsafe { core::ptr::read_volatile(&raw const textpoke_fail_write) };
+        u32::try_from(k).ok().filter(|&k| k > 0)
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    None
 }
 
 /// The defect the next batch (or trap) has: always [`Defect::None`] in a production build.

@@ -80,15 +80,15 @@ static int textpoke_debug_protocol_set(const char *val, const struct kernel_para
 	int ret = security_locked_down(LOCKDOWN_MODULE_PARAMETERS);
 
 	if (ret) {
-		pr_err("textpoke: refusing debug_protocol under lockdown\n");
+		pr_err("textpoke: refusing %s under lockdown\n", kp->name);
 		return ret;
 	}
 	ret = param_set_int(val, kp);
 	if (ret)
 		return ret;
-	if (textpoke_debug_protocol) {
-		pr_warn("textpoke: debug_protocol=%d breaks the protocol on purpose; tainting the kernel\n",
-			textpoke_debug_protocol);
+	if (*(int *)kp->arg) {
+		pr_warn("textpoke: %s=%d breaks the protocol on purpose; tainting the kernel\n",
+			kp->name, *(int *)kp->arg);
 		add_taint(TAINT_USER, LOCKDEP_STILL_OK);
 	}
 	return 0;
@@ -99,6 +99,15 @@ static const struct kernel_param_ops textpoke_debug_protocol_ops = {
 	.get = param_get_int,
 };
 module_param_cb(debug_protocol, &textpoke_debug_protocol_ops, &textpoke_debug_protocol, 0600);
+
+/*
+ * DEBUG BUILDS ONLY: the k-th write of each module batch fails, as a failed
+ * text write would (kernel/debug.rs). Same rules as debug_protocol.
+ */
+int textpoke_fail_write;
+module_param_cb(fail_write, &textpoke_debug_protocol_ops, &textpoke_fail_write, 0600);
+MODULE_PARM_DESC(fail_write,
+		 "DEBUG BUILDS ONLY: the k-th write of each module batch fails (0: none, the default)");
 MODULE_PARM_DESC(debug_protocol,
 		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text");
 #endif

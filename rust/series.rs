@@ -27,6 +27,8 @@ pub(crate) type StopMachineCpuslocked = unsafe extern "C" fn(
 /// `text_reserved_by_patchers(start, end)` (include/linux/kprobes.h, patch 0006).
 pub(crate) type TextReservedByPatchers =
     unsafe extern "C" fn(*mut c_void, *mut c_void) -> kernel::ffi::c_int;
+/// `kprobes_text_lock()` / `kprobes_text_unlock()` (include/linux/kprobes.h, patch 0006).
+type KprobesTextOp = unsafe extern "C" fn();
 
 /// A text-poke trap handler (`text_poke_trap_fn`, include/linux/text_patcher.h, patch 0007).
 pub(crate) type TrapFn = unsafe extern "C" fn(*mut kernel::bindings::pt_regs) -> bool;
@@ -126,6 +128,8 @@ pub(crate) struct Common {
     /// stopped, for a caller that already holds the CPU-hotplug read lock.
     pub(crate) stop_machine_cpuslocked: StopMachineCpuslocked,
     text_reserved_by_patchers: TextReservedByPatchers,
+    kprobes_text_lock: KprobesTextOp,
+    kprobes_text_unlock: KprobesTextOp,
     text_mutex_lock: TextMutexOp,
     text_mutex_unlock: TextMutexOp,
     register_text_poke_trap: RegisterTrap,
@@ -141,6 +145,8 @@ impl Common {
         let stop_machine_cpuslocked = resolve!(r, "stop_machine_cpuslocked", StopMachineCpuslocked);
         let text_reserved_by_patchers =
             resolve!(r, "text_reserved_by_patchers", TextReservedByPatchers);
+        let kprobes_text_lock = resolve!(r, "kprobes_text_lock", KprobesTextOp);
+        let kprobes_text_unlock = resolve!(r, "kprobes_text_unlock", KprobesTextOp);
         let text_mutex_lock = resolve!(r, "text_mutex_lock", TextMutexOp);
         let text_mutex_unlock = resolve!(r, "text_mutex_unlock", TextMutexOp);
         let register_trap = resolve!(r, "register_text_poke_trap", RegisterTrap);
@@ -151,6 +157,8 @@ impl Common {
             perf_event_text_poke: perf_event_text_poke?,
             stop_machine_cpuslocked: stop_machine_cpuslocked?,
             text_reserved_by_patchers: text_reserved_by_patchers?,
+            kprobes_text_lock: kprobes_text_lock?,
+            kprobes_text_unlock: kprobes_text_unlock?,
             text_mutex_lock: text_mutex_lock?,
             text_mutex_unlock: text_mutex_unlock?,
             register_text_poke_trap: register_trap?,
@@ -178,6 +186,20 @@ impl Common {
             3 => Some("ftrace"),
             4 => Some("a kprobe"),
             _ => Some("another patcher"),
+        }
+    }
+
+    /// Keeps kprobes from preparing, arming, optimizing or disarming a probe until the guard
+    /// drops (`kprobes_text_lock()`, patch 0006): a module batch holds it from before it checks
+    /// its sites until its guards are written, so that a probe is armed wholly before (and the
+    /// check sees it) or prepared wholly after (and kprobes sees the guard and refuses). Taken
+    /// before the CPU-hotplug lock and `text_mutex`, as kprobes takes them. Sleeps.
+    pub(crate) fn lock_kprobes(&self) -> KprobesGuard<'_> {
+        // SAFETY: Process context (a commit); the guard below unlocks exactly once.
+        unsafe { (self.kprobes_text_lock)() };
+        KprobesGuard {
+            common: self,
+            _not_send: core::marker::PhantomData,
         }
     }
 
@@ -275,6 +297,20 @@ impl Drop for PatcherRegistration {
         // SAFETY: Registered in `register_patcher`. Unregistering applies what the patcher
         // holds and returns once no task is inside `ops` (every call is under `text_mutex`).
         unsafe { (self.unregister)(self.ops) };
+    }
+}
+
+/// Holds kprobes' lock ([`Common::lock_kprobes`]); releases it when dropped.
+pub(crate) struct KprobesGuard<'a> {
+    common: &'a Common,
+    /// A mutex is released by the task that holds it: the guard must not move to another.
+    _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl Drop for KprobesGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: A guard exists only while this task holds the lock (see `lock_kprobes`).
+        unsafe { (self.common.kprobes_text_unlock)() };
     }
 }
 

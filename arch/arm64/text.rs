@@ -64,12 +64,15 @@ pub(super) fn write_many(
         // 4-byte aligned instruction of a registered site or of a kernel change the kernel
         // handed over (text, validated, pinned by the batch); the function only reads them.
         let ret = unsafe { write_many(a, i, n) };
-        kernel::error::to_result(ret)?;
+        // Every instruction of the chunk, even when a write failed: the ones before it were
+        // made, and the commit's recovery relies on them being visible before its next sync.
         for w in chunk {
             let addr = w.addr as usize;
-            // SAFETY: Cache maintenance by virtual address on an instruction just written.
+            // SAFETY: Cache maintenance by virtual address on an instruction of the text
+            // (validated, pinned by the batch), written or not.
             unsafe { bindings::caches_clean_inval_pou(addr, addr.wrapping_add(4)) };
         }
+        kernel::error::to_result(ret)?;
     }
     Ok(())
 }
