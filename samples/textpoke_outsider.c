@@ -21,6 +21,14 @@
  *    and counts its hits (`kprobe_hits`); "unkprobe" disarms it;
  *  - "try_kprobe ADDR" registers a kprobe at ADDR and at once unregisters it: the write fails
  *    with register_kprobe()'s errno (the agent checks that textpoke's trap path refuses them).
+ *  - "kprobe_race N" races kprobes against commits on a site of its own: one thread commits N
+ *    changes of the site while this one arms a kprobe there N times, runs the site and disarms
+ *    it. Every armed probe must fire at every run, every commit must succeed or find the probe
+ *    (-EIO), and the site must end holding a whole instruction textpoke can change again.
+ *  - "kernel_traps N" holds textpoke.h to its word on textpoke_cpu_traps(): one thread flips
+ *    the module's own static key N times, which textpoke guards as the kernel's patcher, while
+ *    this one runs the key's site with interrupts off; every execution an exception
+ *    interrupted (the CPU tells: see stack_mark_set()) must have moved the count, and no other.
  *  - arm64: "brk" executes a BRK #0x008, textpoke's own immediate, that is no guard of
  *    textpoke's: textpoke must report it (the kernel dies with "Oops - BRK"), not hide it.
  */
@@ -29,6 +37,7 @@
 #include <linux/jump_label.h>
 #include <linux/kdebug.h>
 #include <linux/kprobes.h>
+#include <linux/kthread.h>
 #include <linux/module.h>
 #include <linux/notifier.h>
 #include <linux/ptrace.h>
@@ -62,6 +71,7 @@ asm(".pushsection .text, \"ax\"\n"
     FUNC(outsider_site0, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
     FUNC(outsider_site1, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
     FUNC(outsider_site2, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
+    FUNC(outsider_site3, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
     FUNC(outsider_int3, ASM_ENDBR ANNOTATE_NOENDBR "int3\nret\n")
     ".popsection\n");
 static const u8 unlisted[] = { 0x0f, 0x0b, 0x90, 0x90, 0x90 };	/* UD2 + NOPs */
@@ -75,21 +85,35 @@ asm(".pushsection .text, \"ax\"\n"
     FUNC(outsider_site0, "nop\nret\n")
     FUNC(outsider_site1, "nop\nret\n")
     FUNC(outsider_site2, "nop\nret\n")
+    FUNC(outsider_site3, "nop\nret\n")
     FUNC(outsider_brk, "brk #0x8\nret\n")
     ".popsection\n");
 /* BRK #0x004 (kprobes' immediate): a decodable instruction the header does not list. */
 static const u8 unlisted[] = { 0x80, 0x00, 0x20, 0xd4 };
 static const u8 guard[] = { 0x00, 0x01, 0x20, 0xd4 };
 #endif
-extern char outsider_site0[], outsider_site1[], outsider_site2[];
+extern char outsider_site0[], outsider_site1[], outsider_site2[], outsider_site3[];
 
 static void *site(int i)
 {
-	return i == 2 ? outsider_site2 : i ? outsider_site1 : outsider_site0;
+	switch (i) {
+	case 3:
+		return outsider_site3;
+	case 2:
+		return outsider_site2;
+	case 1:
+		return outsider_site1;
+	default:
+		return outsider_site0;
+	}
 }
+
+/* Verdict lines printed so far: the agent must find exactly as many. */
+static unsigned int verdicts;
 
 static void verdict(const char *name, int got, int expected)
 {
+	verdicts++;
 	pr_info("textpoke_outsider: case %s: got %d expected %d\n", name, got, expected);
 }
 
@@ -166,7 +190,8 @@ static void foreign_site(void)
  */
 static DEFINE_STATIC_KEY_FALSE(outsider_key);
 
-static noinline int outsider_keyed(void)
+/* notrace: an ftrace call would overwrite the stack mark kernel_traps() reads. */
+static noinline notrace int outsider_keyed(void)
 {
 	if (static_branch_unlikely(&outsider_key))
 		return 1;
@@ -190,6 +215,44 @@ static void *keyed_site(void)
 			return (void *)jump_entry_code(&e[i]);
 #endif
 	return NULL;
+}
+
+static void *traced_site(void);
+
+/*
+ * Every instruction of outsider_traced()'s patchable entry, as ftrace writes them: on arm64 the
+ * MOV X9, X30 before the call site and, with CALL_OPS, the two words of the ops literal before
+ * the function (and a BTI C between them, where the kernel has BTI). Returns how many, at most
+ * @max, the call site last.
+ */
+static int traced_entry(void **out, int max)
+{
+#ifdef CONFIG_ARM64
+	u32 *f = (u32 *)outsider_traced;
+	u32 *call;
+	int n = 0;
+
+	OPTIMIZER_HIDE_VAR(f);
+	/* BTI C, then the MOV X9, X30 (the first NOP, once ftrace initialized it). */
+	call = (*f == 0xd503245f ? f + 1 : f) + 1;
+	if (IS_ENABLED(CONFIG_DYNAMIC_FTRACE_WITH_CALL_OPS)) {
+		u32 *literal = (u32 *)ALIGN_DOWN((unsigned long)call - 12, 8);
+		u32 *p;
+
+		for (p = literal; p < call && n < max; p++)
+			out[n++] = p;
+	} else if (n < max) {
+		out[n++] = call - 1;
+	}
+	if (n < max)
+		out[n++] = call;
+	return n;
+#else
+	if (max < 1)
+		return 0;
+	out[0] = traced_site();
+	return 1;
+#endif
 }
 
 static void *traced_site(void)
@@ -221,6 +284,39 @@ static int outsider_pre(struct kprobe *p, struct pt_regs *regs)
 }
 NOKPROBE_SYMBOL(outsider_pre);
 
+/*
+ * Whether an exception interrupted a call, as the CPU tells it (samples/textpoke_bench.c, where
+ * the reasoning is): the registers an exception entry saves below the stack pointer overwrite a
+ * mark left there before the call. With interrupts off, only a trap does.
+ */
+#define STACK_MARK_OFFSET 96
+#define STACK_MARK 0x7e47b0a75eed2024UL
+
+static __always_inline void stack_mark_set(void)
+{
+#ifdef CONFIG_X86_64
+	asm volatile("movq %0, -" __stringify(STACK_MARK_OFFSET) "(%%rsp)"
+		     : : "r"(STACK_MARK) : "memory");
+#else
+	asm volatile("stur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
+		     : : "r"(STACK_MARK) : "memory");
+#endif
+}
+
+static __always_inline bool stack_mark_gone(void)
+{
+	unsigned long mark;
+
+#ifdef CONFIG_X86_64
+	asm volatile("movq -" __stringify(STACK_MARK_OFFSET) "(%%rsp), %0"
+		     : "=r"(mark) : : "memory");
+#else
+	asm volatile("ldur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
+		     : "=r"(mark) : : "memory");
+#endif
+	return mark != STACK_MARK;
+}
+
 static void other_patchers(void)
 {
 	struct kprobe kp = { .pre_handler = outsider_pre };
@@ -236,6 +332,19 @@ static void other_patchers(void)
 		keyed ? textpoke_register_site(THIS_MODULE, keyed, SITE_LEN) : -ENOENT, -ETXTBSY);
 	verdict("register_ftrace_site",
 		textpoke_register_site(THIS_MODULE, traced_site(), SITE_LEN), -ETXTBSY);
+	{
+		void *entry[6];
+		int n = traced_entry(entry, ARRAY_SIZE(entry));
+		char name[40];
+
+		/* At least the call site; on arm64 the MOV X9, X30 or the literal before it. */
+		verdict("ftrace_entry_found", n >= (IS_ENABLED(CONFIG_ARM64) ? 2 : 1), 1);
+		for (i = 0; i < n; i++) {
+			snprintf(name, sizeof(name), "register_ftrace_entry_%d", i);
+			verdict(name, textpoke_register_site(THIS_MODULE, entry[i], SITE_LEN),
+				-ETXTBSY);
+		}
+	}
 
 	/* A kprobe first, then the site. */
 	kp.addr = (kprobe_opcode_t *)site(2);
@@ -319,6 +428,207 @@ static void run_int3(unsigned int n)
 extern char outsider_brk[];
 #endif
 
+/*
+ * The kprobe race: a committer thread changes site 3 back and forth while the control write's
+ * thread arms a kprobe there, runs the site and disarms the probe, each RACE_RUNS times.
+ */
+#define RACE_RUNS 3
+
+static struct {
+	unsigned int n;
+	u8 insn[2][SITE_LEN];	/* what the site holds, and the change */
+	int commits, refused, commit_errors, first_error;
+} race;
+
+static int race_committer(void *data)
+{
+	unsigned int i, cur = 0;
+
+	for (i = 0; i < race.n; i++) {
+		struct textpoke_batch *b;
+		int ret = textpoke_batch_begin(&b);
+
+		if (!ret) {
+			ret = textpoke_batch_add(b, THIS_MODULE, site(3), race.insn[!cur], SITE_LEN);
+			if (!ret)
+				ret = textpoke_batch_commit(b);
+			textpoke_batch_end(b);
+		}
+		if (!ret) {
+			race.commits++;
+			cur = !cur;
+		} else if (ret == -EIO) {
+			race.refused++;
+		} else {
+			race.commit_errors++;
+			race.first_error = race.first_error ?: ret;
+		}
+		cond_resched();
+	}
+	return 0;
+}
+
+static int kprobe_race(unsigned int n)
+{
+	struct task_struct *committer;
+	struct kprobe kp;
+	int armed = 0, refused = 0, missed = 0, ret, i, last;
+	unsigned int runs;
+	u8 now[SITE_LEN];
+
+	memset(&race, 0, sizeof(race));
+	race.n = n;
+	memcpy(race.insn[0], site(3), SITE_LEN);
+	ret = textpoke_encode(TEXTPOKE_JMP, site(3), site(3) + SITE_LEN, SITE_LEN, race.insn[1]);
+	if (!ret)
+		ret = textpoke_register_site(THIS_MODULE, site(3), SITE_LEN);
+	if (ret)
+		return ret;
+	committer = kthread_run(race_committer, NULL, "outsider_race");
+	if (IS_ERR(committer)) {
+		textpoke_unregister_site(THIS_MODULE, site(3));
+		return PTR_ERR(committer);
+	}
+	get_task_struct(committer);
+	for (runs = 0; runs < n; runs++) {
+		memset(&kp, 0, sizeof(kp));
+		kp.pre_handler = outsider_pre;
+		kp.addr = (kprobe_opcode_t *)site(3);
+		if (register_kprobe(&kp)) {
+			/* A guard stands there: kprobes refuses a breakpoint. */
+			refused++;
+			cond_resched();
+			continue;
+		}
+		armed++;
+		last = atomic_read(&kprobe_hits);
+		for (i = 0; i < RACE_RUNS; i++)
+			((void (*)(void))site(3))();
+		missed += RACE_RUNS - (atomic_read(&kprobe_hits) - last);
+		unregister_kprobe(&kp);
+		cond_resched();
+	}
+	kthread_stop_put(committer);
+	/* The site ends whole, as textpoke has it: one more change must go through. */
+	memcpy(now, site(3), SITE_LEN);
+	{
+		struct textpoke_batch *b;
+		bool is_old = !memcmp(now, race.insn[0], SITE_LEN);
+
+		ret = textpoke_batch_begin(&b);
+		if (!ret) {
+			ret = textpoke_batch_add(b, THIS_MODULE, site(3), race.insn[is_old], SITE_LEN);
+			if (!ret)
+				ret = textpoke_batch_commit(b);
+			textpoke_batch_end(b);
+		}
+		verdict("kprobe_race_site_whole",
+			is_old || !memcmp(now, race.insn[1], SITE_LEN), 1);
+	}
+	verdict("kprobe_race_site_changes_after", ret, 0);
+	pr_info("textpoke_outsider: kprobe race: %u rounds, %d probes armed, %d refused, %d commits, %d refused with -EIO, %d other errors (first %d), %d hits missed\n",
+		n, armed, refused, race.commits, race.refused, race.commit_errors,
+		race.first_error, missed);
+	verdict("kprobe_race_hits_missed", missed, 0);
+	verdict("kprobe_race_commit_errors", race.commit_errors, 0);
+	/* Not vacuous: probes were armed, commits went through, and some met a probe. */
+	verdict("kprobe_race_contended", armed > 0 && race.commits > 0 && race.refused > 0, 1);
+	textpoke_unregister_site(THIS_MODULE, site(3));
+	return 0;
+}
+
+/*
+ * The header's word on textpoke_cpu_traps(): a flipper thread changes the module's own static
+ * key, which the kernel hands to textpoke, while this thread runs the key's site with
+ * interrupts off and tells from the stack whether an exception interrupted each run.
+ */
+static unsigned int flips_left;
+
+static int key_flipper(void *data)
+{
+	while (READ_ONCE(flips_left) && !kthread_should_stop()) {
+		if (static_key_enabled(&outsider_key))
+			static_branch_disable(&outsider_key);
+		else
+			static_branch_enable(&outsider_key);
+		WRITE_ONCE(flips_left, flips_left - 1);
+	}
+	while (!kthread_should_stop())
+		schedule_timeout_interruptible(1);
+	return 0;
+}
+
+static struct {
+	unsigned long runs, trapped, counted, disagree;
+} kt;
+
+/* Runs the key's site on its own CPU until the flips are done. */
+static int key_runner(void *data)
+{
+	unsigned long flags;
+
+	while (READ_ONCE(flips_left) && !kthread_should_stop()) {
+		unsigned int cpu;
+		u64 before, after;
+		bool gone;
+
+		local_irq_save(flags);
+		cpu = smp_processor_id();
+		before = textpoke_cpu_traps(cpu);
+		stack_mark_set();
+		outsider_keyed();
+		gone = stack_mark_gone();
+		after = textpoke_cpu_traps(cpu);
+		local_irq_restore(flags);
+		kt.runs++;
+		kt.trapped += gone;
+		kt.counted += after != before;
+		kt.disagree += gone != (after != before);
+		if (kt.runs % 256 == 0)
+			cond_resched();
+	}
+	while (!kthread_should_stop())
+		schedule_timeout_interruptible(1);
+	return 0;
+}
+
+static int kernel_traps(unsigned int n)
+{
+	struct task_struct *flipper, *runner;
+	unsigned int a, b;
+
+	memset(&kt, 0, sizeof(kt));
+	flips_left = n;
+	/* Two CPUs, so that the runs meet the guards of the flips. */
+	a = cpumask_first(cpu_online_mask);
+	b = cpumask_next(a, cpu_online_mask);
+	if (b >= nr_cpu_ids)
+		return -EOPNOTSUPP;
+	runner = kthread_create_on_cpu(key_runner, NULL, a, "outsider_run");
+	if (IS_ERR(runner))
+		return PTR_ERR(runner);
+	flipper = kthread_create_on_cpu(key_flipper, NULL, b, "outsider_flip");
+	if (IS_ERR(flipper)) {
+		kthread_stop(runner);
+		return PTR_ERR(flipper);
+	}
+	get_task_struct(runner);
+	get_task_struct(flipper);
+	wake_up_process(runner);
+	wake_up_process(flipper);
+	while (READ_ONCE(flips_left))
+		schedule_timeout_interruptible(HZ / 50);
+	kthread_stop_put(flipper);
+	kthread_stop_put(runner);
+	if (static_key_enabled(&outsider_key))
+		static_branch_disable(&outsider_key);
+	pr_info("textpoke_outsider: kernel traps: %u flips, %lu runs, %lu interrupted by an exception, %lu counted by textpoke_cpu_traps()\n",
+		n, kt.runs, kt.trapped, kt.counted);
+	verdict("kernel_traps_counted_as_seen", kt.disagree, 0);
+	verdict("kernel_traps_seen", kt.trapped > 0, 1);
+	return 0;
+}
+
 static ssize_t control_write(struct file *file, const char __user *ubuf, size_t len,
 			     loff_t *pos)
 {
@@ -349,6 +659,14 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 #else
 		ret = -EOPNOTSUPP;
 #endif
+	} else if (sscanf(buf, "kprobe_race %u", &n) == 1) {
+		verdicts = 0;
+		ret = kprobe_race(n);
+		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
+	} else if (sscanf(buf, "kernel_traps %u", &n) == 1) {
+		verdicts = 0;
+		ret = kernel_traps(n);
+		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
 	} else if (!strncmp(buf, "try_kprobe ", 11)) {
 		struct kprobe kp = { .pre_handler = outsider_pre };
 		unsigned long addr;
@@ -419,6 +737,7 @@ static int __init outsider_init(void)
 	other_patchers();
 	atomic_set(&kprobe_hits, 0);
 	pr_info("textpoke_outsider: kept sites %px %px\n", site(0), site(1));
+	pr_info("textpoke_outsider: %u verdicts\n", verdicts);
 #ifdef CONFIG_X86_64
 	ret = register_die_notifier(&outsider_nb);
 	if (ret)

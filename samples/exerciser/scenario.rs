@@ -137,12 +137,17 @@ fn flip(p: &Poker, g: &Group) -> Result {
     let start = clock::now();
     let committed = batch.commit();
     let end = clock::now();
-    if committed.is_ok() {
-        for &(i, on) in changes.iter() {
-            if let Some(s) = shared.state.get(i) {
-                s.store(u8::from(on), Ordering::Release);
-            }
-        }
+    for &(i, on) in changes.iter() {
+        let (Some(s), Some(site)) = (shared.state.get(i), shared.sites.get(i)) else {
+            continue;
+        };
+        // A failed commit leaves each site old or new, as far as its record went (textpoke's
+        // recovery): the text says which, and the executors check what it says.
+        let now_on = match committed {
+            Ok(()) => on,
+            Err(_) => holds(site.addr, site.on()),
+        };
+        s.store(u8::from(now_on), Ordering::Release);
     }
     bump(p);
     let record = BatchRecord {
@@ -160,6 +165,13 @@ fn flip(p: &Poker, g: &Group) -> Result {
         ENOMEM
     })?;
     committed
+}
+
+/// Whether the text at `addr` is `insn`.
+fn holds(addr: u64, insn: &[u8]) -> bool {
+    let mut now = [0u8; 8];
+    now.get_mut(..insn.len())
+        .is_some_and(|now| crate::kernel_text::read(addr, now).is_ok() && *now == *insn)
 }
 
 fn poke(p: &Poker) {

@@ -345,6 +345,125 @@ fn kernel_record_control(name: &str, case: impl FnOnce() -> Case, after: impl Fn
     }
 }
 
+/// The write-failure matrix: a batch of [`FAULT_SPEC`]'s sites under executors, committed once
+/// whole and then once with each of its writes failing in turn (`textpoke.fail_write=k`, debug
+/// builds), and once with `k` past its last write. A failed commit must return `EIO` and leave
+/// every site whole, old where no record went out and new where one did, with no guard left
+/// and the records replaying onto kcore; the executors must see no execution break the
+/// ordering invariant, and the next batch must go through.
+fn fault_injection_matrix(kcore: &Kcore) -> Case {
+    const NAME: &str = "write_failure_recovered_at_every_write";
+    let run = || -> Result<(String, Vec<String>), String> {
+        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        let set = |k: u32| {
+            sys::set_module_param("textpoke", "fail_write", &k.to_string())
+                .map_err(|e| format!("setting fail_write={k}: {e}"))
+        };
+        // The batch's writes, from one run without a failure.
+        let whole = scenario::run(FAULT_SPEC, &sites, kcore)?;
+        let writes = match whole.batches.as_slice() {
+            [b] if b.errno == 0 && b.writes > 0 => b.writes,
+            other => return Err(format!("the run without a failure: {other:?}")),
+        };
+        let mut rows = Vec::new();
+        let mut bad = Vec::new();
+        for k in 1..=writes + 1 {
+            set(k as u32)?;
+            let ev = scenario::run(FAULT_SPEC, &sites, kcore);
+            set(0)?;
+            let ev = ev?;
+            match fault_verdict(&ev, &sites, k <= writes) {
+                Ok(row) => rows.push(format!("fail_write={k}: {row}")),
+                Err(e) => bad.push(format!("fail_write={k}: {e}")),
+            }
+        }
+        // The sites are as textpoke's registry has them: one more batch goes through.
+        let after = scenario::run(FAULT_SPEC, &sites, kcore)?;
+        if after.run.is_err() {
+            bad.push(format!("the batch after the matrix failed: {:?}", after.run));
+        }
+        if bad.is_empty() {
+            Ok((
+                format!("{writes} writes per batch; every failure recovered"),
+                rows,
+            ))
+        } else {
+            Err(bad.join("; "))
+        }
+    };
+    match run() {
+        Ok((found, rows)) => rows
+            .into_iter()
+            .fold(Case::pass(NAME).with_log(found), Case::with_log),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The load of the write-failure matrix: one batch of four sites, flipped once.
+const FAULT_SPEC: &str = "keys=1 sites=4 ftrace=0 flips=1 pokers=1";
+
+/// One row of the matrix: the batch failed (or not) as `fails` says, every site of it is whole
+/// and agrees with its records, no guard is left, the records replay onto kcore and no
+/// execution broke the ordering invariant. Returns the sites' states.
+fn fault_verdict(ev: &Evidence, sites: &[Site], fails: bool) -> Result<String, String> {
+    const EIO: i64 = 5;
+    let [b] = ev.batches.as_slice() else {
+        return Err(format!("{} batches, not one", ev.batches.len()));
+    };
+    let want = if fails { EIO } else { 0 };
+    if b.errno != want {
+        return Err(format!("the commit returned errno {}, not {want}", b.errno));
+    }
+    let (base, _) = region(sites);
+    let pokes = ev.site_pokes(sites);
+    let guard: &[u8] = if crate::is_x86() {
+        &[0xcc]
+    } else {
+        &[0x00, 0x01, 0x20, 0xd4]
+    };
+    let (mut old, mut new) = (0, 0);
+    for &(i, _) in &b.changes {
+        let s = sites.get(i).ok_or(format!("no site {i}"))?;
+        let at = (s.addr - base) as usize;
+        let (then, now) = (
+            ev.before.get(at..at + s.len).ok_or("site outside kcore")?,
+            ev.after.get(at..at + s.len).ok_or("site outside kcore")?,
+        );
+        let recs: Vec<_> = pokes.iter().filter(|p| p.addr == s.addr).collect();
+        match recs.as_slice() {
+            [] if now == then => old += 1,
+            [r] if r.old == then && r.new == now => new += 1,
+            _ => {
+                return Err(format!(
+                    "site {:#x} holds {now:02x?} (was {then:02x?}) with {} records",
+                    s.addr,
+                    recs.len()
+                ))
+            }
+        }
+        if now.starts_with(guard) {
+            return Err(format!("site {:#x} still holds the guard", s.addr));
+        }
+    }
+    checks::replay(base, &ev.before, &ev.after, &pokes)?;
+    let ordering = ev.ordering(sites)?;
+    if ordering.violations > 0 {
+        return Err(format!(
+            "{} ordering violations in {} executions",
+            ordering.violations, ordering.checked
+        ));
+    }
+    let stable = ev.result("stable_violations")?;
+    if stable > 0 {
+        return Err(format!("{stable} executions disagreed with the text"));
+    }
+    Ok(format!(
+        "{old} sites old, {new} new, {} records, {} executions checked",
+        pokes.len(),
+        ordering.checked
+    ))
+}
+
 /// The production build has no debug switch at all; then every control on the debug build.
 /// Ends with the production modules loaded again.
 pub fn cases(kcore: &Kcore) -> Case {
@@ -386,6 +505,7 @@ pub fn cases(kcore: &Kcore) -> Case {
             children.push(foreign_int3_control());
         }
         children.push(other_patchers_control());
+        children.push(fault_injection_matrix(kcore));
     }
     // Every site again, for whatever runs after the controls.
     children.push(match reload("textpoke", "") {

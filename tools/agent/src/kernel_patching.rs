@@ -597,6 +597,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         || filter(FILTER).and_then(|()| tracer("function")),
         || tracer("nop"),
     );
+    instance_cases(kcore, text, &mut c);
     pair(
         &mut c,
         ("function_graph_filtered_on", "function_graph_filtered_off"),
@@ -609,20 +610,202 @@ pub fn cases(kcore: &Kcore) -> Case {
     // single-threaded TCG, a CPU that traps on nearly every call it makes starves the one that
     // writes, and each way took two and a half minutes on arm64 instead of seconds
     // (docs/results.md). The other CPU still runs the kernel's own work meanwhile.
-    pair_with(
-        &mut c,
-        ("function_tracer_all_on", "function_tracer_all_off"),
+    let (case, all_on) = through_textpoke(
+        "function_tracer_all_on",
         kcore,
         text,
+        None,
         false,
         || filter("").and_then(|()| tracer("function")),
+    );
+    c.push(case);
+    // A module that loads while every function is traced gets its call sites enabled as it
+    // loads (`ftrace_module_enable()`), outside any update.
+    c.push(module_loaded_while_tracing(kcore));
+    let (case, _) = through_textpoke(
+        "function_tracer_all_off",
+        kcore,
+        text,
+        all_on.as_ref(),
+        false,
         || tracer("nop"),
     );
+    c.push(case);
     // Back to every function for whoever traces next (the real-perf case).
     if let Err(e) = filter("") {
         c.push(Case::fail("ftrace_filter_cleared", e));
     }
     Case::group("kernel_patching", c)
+}
+
+/// The tracer instance of [`instance_cases`].
+const INSTANCE: &str = "/sys/kernel/debug/tracing/instances/textpoke";
+
+/// A second function tracer in an instance, on top of the top-level one, each step checked
+/// as every transition is, with every CPU busy in traced functions meanwhile: the function
+/// tracer on, a second one enabled in an instance and disabled again, then `nop`. Each step
+/// changes `ftrace_caller`'s call (`ftrace_update_ftrace_func()`) around `function_trace_op`,
+/// which `ftrace_modify_all_code()` orders against the call sites: on an arm64 kernel without
+/// `DYNAMIC_FTRACE_WITH_CALL_OPS` (CFI, as Android's GKI), those changes must be made where the
+/// kernel orders them, or a CPU in a traced function calls the old tracer function with the
+/// new op (`ftrace_list_end`, whose private data is NULL).
+fn instance_cases(kcore: &Kcore, text: (u64, usize), c: &mut Vec<Case>) {
+    let made = std::fs::create_dir(INSTANCE)
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
+        .map_err(|e| format!("creating {INSTANCE}: {e}"))
+        .and_then(|()| {
+            std::fs::write(format!("{INSTANCE}/set_ftrace_filter"), FILTER)
+                .map_err(|e| format!("the instance's filter: {e}"))
+        });
+    if let Err(e) = made {
+        c.push(Case::fail("instance_created", e));
+        return;
+    }
+    let instance = |name: &str| write(&format!("{INSTANCE}/current_tracer"), name);
+    let (case, top_on) = through_textpoke(
+        "instance_top_function_on",
+        kcore,
+        text,
+        None,
+        true,
+        || filter(FILTER).and_then(|()| tracer("function")),
+    );
+    c.push(case);
+    let (case, second_on) = through_textpoke(
+        "instance_second_function_on",
+        kcore,
+        text,
+        None,
+        true,
+        || instance("function"),
+    );
+    c.push(case);
+    let (case, _) = through_textpoke(
+        "instance_second_function_off",
+        kcore,
+        text,
+        second_on.as_ref(),
+        true,
+        || instance("nop"),
+    );
+    c.push(case);
+    let (case, _) = through_textpoke(
+        "instance_top_function_off",
+        kcore,
+        text,
+        top_on.as_ref(),
+        true,
+        || tracer("nop"),
+    );
+    c.push(case);
+    if let Err(e) = std::fs::remove_dir(INSTANCE) {
+        c.push(Case::fail(
+            "instance_removed",
+            format!("removing {INSTANCE}: {e}"),
+        ));
+    }
+}
+
+/// The kernel's module the function tracer meets as it loads (lib/test_static_key_base.c).
+const TRACED_MODULE: &str = "test_static_key_base";
+
+/// The ftrace call sites of module `name`: `(address, function)` from
+/// `available_filter_functions_addrs`.
+fn module_call_sites(name: &str) -> Result<Vec<(u64, String)>, String> {
+    let path = format!("{TRACING}/available_filter_functions_addrs");
+    let text = sys::read_text(&path).map_err(|e| format!("{path}: {e}"))?;
+    let tag = format!("[{name}]");
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [addr, f, m] if *m == tag => {
+                    Some((u64::from_str_radix(addr, 16).ok()?, (*f).to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .collect())
+}
+
+/// While every function is traced, [`TRACED_MODULE`] loads (its call sites enabled as it does)
+/// and unloads again. Every call site of the module must then hold its call, with exactly one
+/// record at it whose old bytes are the NOP the module was loaded with and whose new bytes are
+/// what `/proc/kcore` shows; and unloading changes no text, so it must be recorded nowhere in
+/// the module.
+fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
+    const NAME: &str = "module_loaded_while_tracing_recorded";
+    let nop: &[u8] = if is_x86() {
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00]
+    } else {
+        &[0x1f, 0x20, 0x03, 0xd5]
+    };
+    let run = || -> Result<String, String> {
+        let mut rec = Recorder::open(&RecorderConfig { data_pages: 256 })
+            .map_err(|e| format!("perf recorder: {e}"))?;
+        crate::load(TRACED_MODULE, "")?;
+        let calls = module_call_sites(TRACED_MODULE);
+        let texts: Result<Vec<Vec<u8>>, String> = calls.as_ref().map_err(Clone::clone).and_then(|calls| {
+            calls
+                .iter()
+                .map(|(a, _)| kcore.read(*a, nop.len()).map_err(|e| format!("kcore: {e}")))
+                .collect()
+        });
+        let loaded = rec.drain();
+        let unloaded = sys::unload_module(TRACED_MODULE)
+            .map_err(|e| format!("unloading {TRACED_MODULE}: {e}"));
+        let unload_drain = rec.drain();
+        let (calls, texts) = (calls?, texts?);
+        unloaded?;
+        for d in [&loaded, &unload_drain] {
+            if !d.is_clean() {
+                return Err(format!("perf may have lost records ({} lost)", d.lost_records));
+            }
+        }
+        if calls.is_empty() {
+            return Err(format!("no call sites of {TRACED_MODULE} listed"));
+        }
+        for ((addr, f), now) in calls.iter().zip(&texts) {
+            let at: Vec<_> = loaded.pokes.iter().filter(|p| p.addr == *addr).collect();
+            match at.as_slice() {
+                [r] if r.old == nop && r.new == *now && now.as_slice() != nop => {}
+                _ => {
+                    return Err(format!(
+                        "{f} at {addr:#x} holds {now:02x?} with {} records ({:02x?})",
+                        at.len(),
+                        at.iter().map(|r| (&r.old, &r.new)).collect::<Vec<_>>()
+                    ))
+                }
+            }
+        }
+        let (lo, hi) = (
+            calls.iter().map(|c| c.0).min().unwrap_or(0),
+            calls.iter().map(|c| c.0).max().unwrap_or(0),
+        );
+        let at_unload = unload_drain
+            .pokes
+            .iter()
+            .filter(|p| p.addr >= lo && p.addr <= hi)
+            .count();
+        if at_unload > 0 {
+            return Err(format!("{at_unload} records in the module's text as it unloaded"));
+        }
+        Ok(format!(
+            "{} call sites of {TRACED_MODULE} enabled as it loaded, each with its record;              none recorded as it unloaded",
+            calls.len()
+        ))
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
 }
 
 /// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes

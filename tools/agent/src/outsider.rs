@@ -39,19 +39,60 @@ pub fn verdict_lines(lines: &[String]) -> Vec<(&str, &str, &str)> {
         .collect()
 }
 
-/// One case per verdict line.
-fn verdicts(lines: &[String]) -> Vec<Case> {
-    verdict_lines(lines)
-        .into_iter()
-        .map(|(name, got, expected)| {
-            Case::check(
-                format!("outsider_{name}"),
-                got == expected,
-                format!("textpoke answered {got}, textpoke.h says {expected}"),
-            )
-        })
-        .collect()
+/// One case per verdict line, after one that checks that the outsider's count of them (its
+/// `N verdicts` line) matches: a verdict that was never printed fails as `NAME_reported`.
+fn verdicts(name: &str, lines: &[String]) -> Vec<Case> {
+    let found = verdict_lines(lines);
+    let said = lines.iter().rev().find_map(|l| {
+        l.split_once("textpoke_outsider: ")?
+            .1
+            .strip_suffix(" verdicts")?
+            .parse::<usize>()
+            .ok()
+    });
+    let mut out = vec![Case::check(
+        format!("{name}_reported"),
+        said == Some(found.len()) && !found.is_empty(),
+        format!(
+            "{} verdict lines, the outsider said {said:?}",
+            found.len()
+        ),
+    )];
+    out.extend(found.into_iter().map(|(name, got, expected)| {
+        Case::check(
+            format!("outsider_{name}"),
+            got == expected,
+            format!("textpoke answered {got}, textpoke.h says {expected}"),
+        )
+    }));
+    out
 }
+
+/// Runs the outsider's command `cmd` and returns its verdicts, with `name`'s count check, and
+/// the summary line that starts with `summary` as the first case's log.
+fn command_verdicts(name: &str, cmd: &str, summary: &str) -> Vec<Case> {
+    let cursor = sys::dmesg_cursor().unwrap_or_default();
+    let ran = command(cmd);
+    let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
+    let mut out = verdicts(name, &lines);
+    if let Err(e) = ran {
+        out.insert(0, Case::fail(name, e));
+    }
+    if let (Some(first), Some(line)) = (
+        out.first_mut(),
+        lines
+            .iter()
+            .find_map(|l| l.split_once(summary).map(|(_, r)| r.to_owned())),
+    ) {
+        first.log.push(format!("{summary}{line}"));
+    }
+    out
+}
+
+/// Kprobes racing commits on one site: [`KPROBE_RACE`] rounds of each.
+const KPROBE_RACE: u32 = 2000;
+/// Flips of the outsider's own static key while its site runs with interrupts off.
+const KERNEL_TRAP_FLIPS: u32 = 200;
 
 /// The addresses of the sites the outsider kept registered.
 fn kept(lines: &[String]) -> Option<Vec<u64>> {
@@ -222,14 +263,18 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         return Case::group("outsider", vec![Case::fail("load_outsider", e)]);
     }
     let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
-    let v = verdicts(&lines);
-    children.push(Case::check(
-        "outsider_reported",
-        v.len() >= 20,
-        format!("only {} verdict lines from the outsider", v.len()),
-    ));
-    children.extend(v);
+    children.extend(verdicts("outsider", &lines));
     children.extend(foreign_traps());
+    children.extend(command_verdicts(
+        "outsider_kprobe_race",
+        &format!("kprobe_race {KPROBE_RACE}"),
+        "kprobe race: ",
+    ));
+    children.extend(command_verdicts(
+        "outsider_kernel_traps",
+        &format!("kernel_traps {KERNEL_TRAP_FLIPS}"),
+        "kernel traps: ",
+    ));
     children.push(trap_path_unprobeable());
     let kept = kept(&lines);
     // Unloading without unregistering: textpoke forgets the sites, with a log line.

@@ -125,7 +125,25 @@ impl Evidence {
 
     /// The ordering check of this run.
     pub fn ordering(&self, sites: &[Site]) -> Result<checks::OrderingReport, String> {
-        let lines = checks::timelines(sites, &self.site_pokes(sites))?;
+        let mut lines = checks::timelines(sites, &self.site_pokes(sites))?;
+        // A site no record touched held what it held before the run throughout (a batch that
+        // failed before its record, for one).
+        let (base, _) = region(sites);
+        for s in sites {
+            let at = (s.addr - base) as usize;
+            let then = self.before.get(at..at + s.len);
+            let initial = if then == Some(s.on.as_slice()) {
+                1
+            } else if then == Some(s.off.as_slice()) {
+                0
+            } else {
+                continue;
+            };
+            lines.entry(s.index).or_insert(checks::Timeline {
+                initial,
+                events: Vec::new(),
+            });
+        }
         let windows = checks::windows_by_site(&self.batches);
         Ok(checks::check_ordering(sites, &lines, &windows, &self.execs))
     }
