@@ -4,7 +4,8 @@
 #   tools/install-deps.sh [run|test]
 #
 # `run` (make run, make bench): the kernel toolchain, QEMU, perf, the Rust pieces the module
-# and the guests need. `test` (make test) adds what only the tests need: cargo-fuzz.
+# and the guests need. `test` (make test) adds what only the tests need: cargo-fuzz, and clang
+# 19 for the kernels built as distributions build them (tools/kernel.sh: mitigations, cfi).
 #
 # Idempotent: each step first checks whether its result is already present, so the make
 # targets call this unconditionally and a warm machine pays only for the checks.
@@ -100,6 +101,11 @@ apt_packages() {
 	for p in "${base[@]}"; do
 		[ -n "$(installed_version "$p")" ] || missing+=("$p")
 	done
+	if [ "$PROFILE" = test ]; then
+		for p in clang-19 lld-19 llvm-19 libclang-19-dev; do
+			[ -n "$(installed_version "$p")" ] || missing+=("$p")
+		done
+	fi
 	[ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 
 	# The pinned source if the archive still has it (the security archive keeps a few

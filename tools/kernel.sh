@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Builds a guest kernel from Debian's linux-source-6.12 and prints its object tree.
 #
-#   tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
+#   tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]
 #
 # Variants:
 #   patched      Debian's source with tools/patches, tinyconfig + common.config + <arch>.config
 #   unpatched    the same without the series (the check that textpoke refuses to load)
-#   mitigations  patched + mitigations.config: IBT and Debian's CPU mitigations (x86_64 only)
+#   mitigations  patched + mitigations.config: IBT and Debian's CPU mitigations, return thunks
+#                included, built with clang 19 (x86_64 only)
+#   cfi          patched + cfi.config: control-flow integrity and shadow call stacks as Android's
+#                GKI builds them, with clang 19, so ftrace runs without CALL_OPS (arm64 only)
 #   kasan        patched + kasan.config: KASAN and other debug checkers (`make test-debug`)
+#
+# The patched, unpatched and kasan kernels are built with Debian's default clang (14), the
+# others with clang 19 (LLVM=-19): what the kernel tree was built with is kept in its
+# .textpoke-llvm, which tools/modules.sh builds the modules with.
 #
 # The last line of stdout is the object tree (the KDIR for `make -C $KDIR M=...`); progress goes
 # to stderr. Everything lives under $TEXTPOKE_CACHE (default ~/.cache/textpoke):
@@ -27,13 +34,13 @@
 # when fragments set the same option, the last one wins and is the one checked.
 set -euo pipefail
 
-arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]}
+arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]}
 variant=${2:-patched}
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 tarball=/usr/src/linux-source-6.12.tar.xz
 # Bump when the way a kernel is produced changes in a way the inputs below do not show.
-recipe=3
+recipe=4
 export PATH="$HOME/.cargo/bin:$PATH"
 
 start=$(date +%s)
@@ -46,10 +53,17 @@ arm64) image=arch/arm64/boot/Image ;;
 *) die "unknown arch '$arch' (x86_64 or arm64)" ;;
 esac
 case $variant in
-patched | unpatched | kasan) ;;
-mitigations) [ "$arch" = x86_64 ] || die "the mitigations variant is x86_64 only" ;;
-*) die "unknown variant '$variant' (patched, unpatched, mitigations or kasan)" ;;
+patched | unpatched | kasan) llvm=1 ;;
+mitigations) [ "$arch" = x86_64 ] || die "the mitigations variant is x86_64 only"; llvm=-19 ;;
+cfi) [ "$arch" = arm64 ] || die "the cfi variant is arm64 only"; llvm=-19 ;;
+*) die "unknown variant '$variant' (patched, unpatched, mitigations, cfi or kasan)" ;;
 esac
+if [ "$llvm" != 1 ]; then
+	command -v "clang$llvm" >/dev/null || die "clang$llvm missing: run tools/install-deps.sh test"
+	# The Rust bindings are generated with the same clang: its options (-fsanitize=kcfi, say)
+	# are the kernel's C flags, which an older libclang refuses.
+	export LIBCLANG_PATH=/usr/lib/llvm${llvm}/lib
+fi
 # The variants other than `unpatched` are the patched source with one more fragment.
 case $variant in
 unpatched) source=unpatched extra=() ;;
@@ -62,7 +76,7 @@ src_version=$(dpkg-query -W -f='${Version}' linux-source-6.12)
 patches=("$top"/tools/patches/*.patch)
 fragments=("$top/tools/kconfig/common.config" "$top/tools/kconfig/$arch.config" "${extra[@]}")
 key=$( {
-	echo "recipe $recipe source $src_version variant $variant arch $arch"
+	echo "recipe $recipe source $src_version variant $variant arch $arch llvm $llvm"
 	[ "$source" = patched ] && cat "${patches[@]}"
 	cat "${fragments[@]}"
 } | sha256sum | cut -c1-16)
@@ -70,7 +84,7 @@ key=$( {
 srcdir=$cache/kernel/$source
 objname=build-$arch$([ "$variant" = "$source" ] || echo "-$variant")
 objtree=$srcdir/$objname
-kmake() { make -C "$srcdir" O="$objname" ARCH="$arch" LLVM=1 "$@"; }
+kmake() { make -C "$srcdir" O="$objname" ARCH="$arch" LLVM="$llvm" "$@"; }
 
 if [ -f "$objtree/.textpoke-key" ] && [ "$(cat "$objtree/.textpoke-key")" = "$key" ] &&
 	[ -f "$objtree/$image" ]; then
@@ -134,9 +148,9 @@ stage "configuring: tinyconfig + ${fragments[*]##*/}"
 scratch=$srcdir/$objname.config
 rm -rf "$scratch"
 mkdir -p "$objtree" "$scratch"
-make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM=1 tinyconfig >/dev/null
+make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM="$llvm" tinyconfig >/dev/null
 "$srcdir/scripts/kconfig/merge_config.sh" -m -O "$scratch" "$scratch/.config" "${fragments[@]}" >/dev/null
-make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM=1 olddefconfig >/dev/null
+make -s -C "$srcdir" O="$objname.config" ARCH="$arch" LLVM="$llvm" olddefconfig >/dev/null
 if ! cmp -s "$scratch/.config" "$objtree/.config"; then
 	cp "$scratch/.config" "$objtree/.config"
 fi
@@ -169,6 +183,7 @@ if ! kmake -j"$(nproc)" >"$objtree/build.log" 2>&1; then
 	die "kernel build failed; full log in $objtree/build.log"
 fi
 kill $heartbeat 2>/dev/null || true
+echo "$llvm" >"$objtree/.textpoke-llvm"
 echo "$key" >"$objtree/.textpoke-key"
 stage "done: $objtree/$image"
 echo "$objtree"

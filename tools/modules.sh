@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds textpoke's modules for one arch, out of tree, and prints the directory holding them.
 #
-#   tools/modules.sh <x86_64|arm64> [patched|unpatched] [production|debug]
+#   tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan] [production|debug]
 #
 # `debug` builds with CONFIG_TEXTPOKE_DEBUG_PROTOCOL=y (the seeded defects the negative controls
 # select), into its own directory; `production` (the default) without it.
@@ -14,7 +14,7 @@
 # TEXTPOKE_KDIR names the kernel tree a caller has already brought up to date.
 set -euo pipefail
 
-arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched] [production|debug]}
+arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan] [production|debug]}
 variant=${2:-patched}
 flavor=${3:-production}
 case $flavor in
@@ -46,7 +46,9 @@ rsync -a --delete \
 	"$top/" "$out/"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-make -s -C "$kdir" M="$out" ARCH="$arch" LLVM=1 ${CLIPPY:+CLIPPY=1} "${options[@]}" modules 2>&1 |
+# The compiler the kernel was built with (tools/kernel.sh).
+llvm=$(cat "$kdir/.textpoke-llvm" 2>/dev/null || echo 1)
+make -s -C "$kdir" M="$out" ARCH="$arch" LLVM="$llvm" ${CLIPPY:+CLIPPY=1} "${options[@]}" modules 2>&1 |
 	tee "$log" >&2
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 # The modules must be objtool-clean (IBT, return thunks, retpolines on the mitigations kernel).

@@ -44,19 +44,23 @@ pub enum Variant {
     Patched,
     /// Debian's 6.12 without the series: textpoke must refuse to load.
     Unpatched,
-    /// The patched kernel with IBT and Debian's CPU mitigations, as far as clang 14 goes
-    /// (x86_64 only; tools/kconfig/mitigations.config).
+    /// The patched kernel with IBT and Debian's CPU mitigations, return thunks included, built
+    /// with clang 19 (x86_64 only; tools/kconfig/mitigations.config).
     Mitigations,
+    /// The patched kernel with control-flow integrity and shadow call stacks, as Android's GKI,
+    /// built with clang 19: ftrace without CALL_OPS (arm64 only; tools/kconfig/cfi.config).
+    Cfi,
     /// The patched kernel with KASAN, lockdep and other debug checks (tools/kconfig/kasan.config).
     Kasan,
 }
 
 impl Variant {
     /// Every variant, with the name `tools/kernel.sh` and `tools/guests.sh` know it by.
-    pub const ALL: [(Self, &'static str); 4] = [
+    pub const ALL: [(Self, &'static str); 5] = [
         (Self::Patched, "patched"),
         (Self::Unpatched, "unpatched"),
         (Self::Mitigations, "mitigations"),
+        (Self::Cfi, "cfi"),
         (Self::Kasan, "kasan"),
     ];
 }
@@ -79,7 +83,7 @@ impl std::str::FromStr for Variant {
             .find(|(_, n)| *n == s)
             .map(|(v, _)| *v)
             .ok_or_else(|| {
-                format!("unknown variant `{s}` (patched, unpatched, mitigations or kasan)")
+                format!("unknown variant `{s}` (patched, unpatched, mitigations, cfi or kasan)")
             })
     }
 }
@@ -347,9 +351,17 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             }
         }
     }
+    if suite == Suite::Test && arches.contains(&Arch::Arm64) {
+        // arm64 as Android builds it: control-flow integrity (so ftrace without CALL_OPS) and
+        // shadow call stacks, clang 19, the same suite.
+        let mut cfi = guest(Arch::Arm64, "arm64-cfi", 2, 1024, "test", "textpoke_agent");
+        cfi.variant = Variant::Cfi;
+        boots.push(cfi);
+    }
     if suite == Suite::Test && arches.contains(&Arch::X86_64) {
-        // x86 as distributions build it: IBT and the CPU mitigations clang 14 can build
-        // (retpolines, page-table isolation, ...), objtool-checked modules, the same suite.
+        // x86 as distributions build it: IBT and every CPU mitigation Debian enables (return
+        // thunks, retpolines, page-table isolation, ...), clang 19, objtool-checked modules,
+        // the same suite.
         let mut mitigations = guest(
             Arch::X86_64,
             "x86_64-mitigations",
@@ -820,6 +832,7 @@ mod tests {
                 "x86_64-smp4",
                 "arm64-smp2",
                 "arm64-smp4",
+                "arm64-cfi",
                 "x86_64-mitigations",
                 "harness-not-ok",
                 "harness-hang",
@@ -834,6 +847,7 @@ mod tests {
             [
                 (Arch::X86_64, Variant::Patched),
                 (Arch::Arm64, Variant::Patched),
+                (Arch::Arm64, Variant::Cfi),
                 (Arch::X86_64, Variant::Mitigations),
                 (Arch::X86_64, Variant::Unpatched)
             ]
@@ -857,7 +871,7 @@ mod tests {
         assert_eq!(demo.boots.len(), 2);
         assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
         // One arch: its boots and its own harness checks only.
-        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 4);
+        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 5);
     }
 
     #[test]

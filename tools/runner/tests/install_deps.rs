@@ -46,6 +46,10 @@ const BASE: [&str; 17] = [
     "file",
 ];
 
+/// What the `test` profile adds to [`BASE`], in the same install: clang 19 for the kernels built
+/// as distributions build them.
+const TEST_ONLY: [&str; 4] = ["clang-19", "lld-19", "llvm-19", "libclang-19-dev"];
+
 const BOOKWORM: &str = "bookworm";
 const BACKPORTS: &str = "bookworm-backports";
 
@@ -68,6 +72,10 @@ const ARCHIVE: &[(&str, &str, &str)] = &[
     ("python3", "3.11.2-1+b1", BOOKWORM),
     ("rsync", "3.2.7-1+deb12u2", BOOKWORM),
     ("file", "1:5.44-3", BOOKWORM),
+    ("clang-19", "1:19.1.7-3~deb12u1", BOOKWORM),
+    ("lld-19", "1:19.1.7-3~deb12u1", BOOKWORM),
+    ("llvm-19", "1:19.1.7-3~deb12u1", BOOKWORM),
+    ("libclang-19-dev", "1:19.1.7-3~deb12u1", BOOKWORM),
     ("linux-source-6.12", OLDER_SOURCE, BOOKWORM),
     ("linux-source-6.12", PINNED, BOOKWORM),
     ("qemu-system-x86", "1:7.2+dfsg-7+deb12u16", BOOKWORM),
@@ -119,12 +127,21 @@ fn apt_install_bpo(pkgs: &[&str]) -> String {
     apt_install(&[&["-t", BACKPORTS], pkgs].concat())
 }
 
+/// The packages a fresh machine gets from bookworm for `profile`, in one install.
+fn base_for(profile: &str) -> Vec<&'static str> {
+    let mut v = BASE.to_vec();
+    if profile == "test" {
+        v.extend(TEST_ONLY);
+    }
+    v
+}
+
 /// Everything a fresh machine gets, in order, for `profile`.
 fn fresh_install(profile: &str) -> Vec<String> {
     let mut v = vec![
         ADD_ARM64.to_string(),
         UPDATE.to_string(),
-        apt_install(&BASE),
+        apt_install(&base_for(profile)),
         apt_install(&[&format!("linux-source-6.12={PINNED}")]),
         apt_install_bpo(&BPO),
         DOWNLOAD.to_string(),
@@ -925,10 +942,10 @@ fn failing_apt_get_install_stops_with_its_log() {
     m.fail_install = vec!["libclang-dev"];
     let sim = Sim::new("install-fails", &m);
     let run = sim.run(&["test"]);
-    let install = apt_install(&BASE);
+    let install = apt_install(&base_for("test"));
     run.assert_failed(&format!(
         "apt-get install {} failed (log: {})",
-        BASE.join(" "),
+        base_for("test").join(" "),
         sim.apt_log()
     ));
     run.assert_changes(&[ADD_ARM64, UPDATE, install.as_str()]);
@@ -977,7 +994,7 @@ fn non_root_is_refused_before_any_command() {
     assert!(!sim.path("cache").exists(), "\n{run}");
 }
 
-/// Case 8: `run` leaves cargo-fuzz out, `test` adds it; no profile means `run`.
+/// Case 8: `run` leaves cargo-fuzz and clang 19 out, `test` adds them; no profile means `run`.
 #[test]
 fn profile_run_skips_cargo_fuzz_and_test_adds_it() {
     let sim = Sim::new("profiles", &Machine::fresh());
@@ -995,7 +1012,7 @@ fn profile_run_skips_cargo_fuzz_and_test_adds_it() {
 
     let test = sim.run(&["test"]);
     test.assert_ok("test");
-    test.assert_changes(&[INSTALL_FUZZ]);
+    test.assert_changes(&[UPDATE.to_string(), apt_install(&TEST_ONLY), INSTALL_FUZZ.to_string()]);
 }
 
 /// Case 9: An unknown profile: refused before any command.
