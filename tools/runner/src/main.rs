@@ -60,7 +60,8 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// Record the result of a host check (DIR/NAME.json) for the summary.
+    /// Record the result of a host check (DIR/NAME.json) for the summary; NAME must be one of
+    /// the checks of DIR/manifest.json.
     Record {
         /// The run directory.
         #[arg(long, value_name = "DIR")]

@@ -481,7 +481,9 @@ pub const HOST_CHECKS: &[&str] = &[
     "checkpatch",
 ];
 
-/// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary.
+/// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary. `name` must
+/// be one of the checks of DIR's manifest: a report under any other name would stand for no
+/// planned check, and leave the one meant without a report.
 pub fn record(
     out: &Path,
     name: &str,
@@ -489,6 +491,19 @@ pub fn record(
     reason: &str,
     log: &str,
 ) -> Result<BootReport, String> {
+    let manifest = Manifest::read(out)?.ok_or_else(|| {
+        format!(
+            "{} has no {MANIFEST}: run `textpoke-runner plan` first",
+            out.display()
+        )
+    })?;
+    if !manifest.checks.iter().any(|c| c == name) {
+        return Err(format!(
+            "`{name}` is not a host check of the plan in {} (its checks: {})",
+            out.display(),
+            manifest.checks.join(", ")
+        ));
+    }
     let report = BootReport {
         name: name.to_owned(),
         arch: host_arch(),
@@ -518,7 +533,6 @@ pub fn record(
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     let path = out.join(format!("{name}.json"));
-    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     std::fs::write(&path, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(report)

@@ -650,6 +650,40 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
 }
 
 #[test]
+fn a_failed_record_counts_its_check_as_failed() {
+    let s = Scratch::new("record-fails");
+    let out = s.out();
+    let m = plan_and_boot_everything(&out);
+    for name in planned_checks(&m) {
+        // A misspelt name is no check of the plan: `record` refuses it, and the check it
+        // meant never reports.
+        let name = if name == "loom" { "lomo".into() } else { name };
+        let o = record(&out, &name, 0);
+        assert_eq!(o.status.success(), name != "lomo", "{}", text(&o));
+    }
+    // A check that failed is recorded, and fails.
+    let o = record(&out, "clippy", 1);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("\n  loom: never reported (host check"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("lomo"), "{stdout}");
+    assert!(
+        stdout.contains("\n  clippy: as tools/test.sh records it"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some("25 passed, 2 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn a_directory_without_a_plan_fails() {
     let s = Scratch::new("no-plan");
     let o = run(&["summary", s.0.to_str().unwrap()]);
