@@ -71,7 +71,9 @@ host_lane() {
 	check loom "loom (--cfg loom) on the pending table" -- env RUSTFLAGS="--cfg loom" \
 		CARGO_TARGET_DIR="$build/cargo-loom" \
 		cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
-	grep -E '^loom explored' "$out/loom.log" || true
+	# libtest prints `test NAME ... ` before running a test, so with --nocapture each model's
+	# `loom explored N interleavings` ends that line.
+	sed -nE 's/^test ([^ ]+) \.\.\. (loom explored [0-9]+ interleavings)$/\2 of \1/p' "$out/loom.log"
 
 	step "host: mutants of the pending table and the x86 RET policy must be caught"
 	check mutants "the pending table's mutants" -- \
