@@ -34,16 +34,23 @@ build_runner
 plan test "$out"
 
 # Runs check NAME: the command after `--`, its output in NAME.log, its status recorded.
+# Returns non-zero if the command failed or its status could not be recorded; the summary
+# counts a check left unrecorded as failed, since the manifest plans it.
 check() {
 	local name=$1 reason=$2
 	shift 3
-	local log=$out/$name.log status=0
+	local log=$out/$name.log status=0 recorded=0
 	"$@" >"$log" 2>&1 || status=$?
 	local why=$reason
 	[ "$status" -eq 0 ] || why="$reason failed (exit $status): see $log"
-	"$runner" record --out "$out" --name "$name" --status "$status" --reason "$why" --log "$log"
+	"$runner" record --out "$out" --name "$name" --status "$status" --reason "$why" --log "$log" ||
+		recorded=$?
 	[ "$status" -eq 0 ] || tail -n 20 "$log" >&2
-	return 0
+	if [ "$recorded" -ne 0 ]; then
+		echo "recording $name failed (exit $recorded): the summary counts it as never reported" >&2
+		return 1
+	fi
+	[ "$status" -eq 0 ]
 }
 
 host_tests() {
@@ -64,7 +71,9 @@ host_lane() {
 	check loom "loom (--cfg loom) on the pending table" -- env RUSTFLAGS="--cfg loom" \
 		CARGO_TARGET_DIR="$build/cargo-loom" \
 		cargo test --release -p textpoke-core --test pending_loom -- --nocapture --test-threads 1
-	grep -E '^loom explored' "$out/loom.log" || true
+	# libtest prints `test NAME ... ` before running a test, so with --nocapture each model's
+	# `loom explored N interleavings` ends that line.
+	sed -nE 's/^test ([^ ]+) \.\.\. (loom explored [0-9]+ interleavings)$/\2 of \1/p' "$out/loom.log"
 
 	step "host: mutants of the pending table and the x86 RET policy must be caught"
 	check mutants "the pending table's mutants" -- \
@@ -79,6 +88,8 @@ host_lane() {
 	check clippy "clippy -D warnings" -- env CARGO_TARGET_DIR="$build/cargo-clippy" \
 		cargo clippy --quiet --workspace --all-targets -- -D warnings
 	check rustfmt "rustfmt" -- rustfmt_all
+	# A failed check is the summary's to report: any other status means the lane itself died.
+	return 0
 }
 host_log=$out/host-lane.out
 step "host checks, in the background (their output follows when they end)"
@@ -135,8 +146,12 @@ guest_step() { step "guests: building $1 ($2)"; }
 build_guests guest_step
 
 step "host checks: waiting for them to end"
-wait "$host_pid"
+host_status=0
+wait "$host_pid" || host_status=$?
 cat "$host_log"
+if [ "$host_status" -ne 0 ]; then
+	echo "the host lane died (exit $host_status): the checks it did not record count as failed" >&2
+fi
 
 step "guests: the planned boots, two at a time (logs: $out)"
 "$runner" suite --out "$out" "${artifacts[@]}" \

@@ -60,7 +60,8 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
-    /// Record the result of a host check (DIR/NAME.json) for the summary.
+    /// Record the result of a host check (DIR/NAME.json) for the summary; NAME must be one of
+    /// the checks of DIR/manifest.json.
     Record {
         /// The run directory.
         #[arg(long, value_name = "DIR")]
@@ -86,10 +87,11 @@ enum Cmd {
     },
     /// Boot a guest, stream its console to DIR/NAME.log, judge it, write DIR/NAME.json.
     Boot(BootArgs),
-    /// Summarise a run directory: every DIR/*.json, and every boot DIR/manifest.json planned
-    /// but left without a report; the last line is `N passed, M failed`.
+    /// Summarise a run directory: every DIR/*.json, and every report DIR/manifest.json plans
+    /// (boots, kunit.py cross-checks, host checks) that is missing, as a failure; the last line
+    /// is `N passed, M failed`. A directory without a manifest fails.
     Summary {
-        /// Directory of boot reports.
+        /// The run directory.
         dir: PathBuf,
     },
     /// Read the benchmark samples of a run directory's console logs (`make bench`) and print
@@ -357,12 +359,18 @@ fn boot(args: BootArgs) -> Result<bool> {
 }
 
 fn summary(dir: &std::path::Path) -> Result<bool> {
+    // Without the plan there is no telling which reports are missing, so nothing can pass.
+    let manifest = Manifest::read(dir)?.ok_or_else(|| {
+        format!(
+            "{} has no {}: nothing was planned there, so nothing can be judged \
+             (`textpoke-runner plan` writes it)",
+            dir.display(),
+            suite::MANIFEST
+        )
+    })?;
     let entries =
         report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let planned = Manifest::read(dir)?
-        .map(|m| m.expected_reports())
-        .unwrap_or_default();
-    let (text, ok) = report::summary(&entries, &planned);
+    let (text, ok) = report::summary(&entries, &manifest.expected_reports());
     print!("{text}");
     Ok(ok)
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::judge::{Counts, Judgement, Verdict};
 use crate::qemu::Arch;
+use crate::suite::Expected;
 
 /// One KTAP document, as recorded in a report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,22 +206,28 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
         .collect())
 }
 
-/// Renders the summary of a set of boots. `planned` names every report the run was planned to
-/// produce (its manifest's); each one missing counts as a failure, named. Returns the text,
-/// whose last line is exactly `N passed, M failed`, and whether everything came out as
-/// expected.
-pub fn summary(entries: &[Entry], planned: &[String]) -> (String, bool) {
+/// Renders the summary of a set of reports. `planned` is every report the run was planned to
+/// produce (its manifest's boots, kunit.py cross-checks and host checks); each one missing
+/// counts as a failure, named. Returns the text, whose last line is exactly
+/// `N passed, M failed`, and whether everything came out as expected.
+pub fn summary(entries: &[Entry], planned: &[Expected]) -> (String, bool) {
     let reports: Vec<&BootReport> = entries
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok())
         .collect();
-    let missing: Vec<&String> = planned
-        .iter()
-        .filter(|name| !reports.iter().any(|r| r.name == **name))
-        .collect();
     let unreadable: Vec<(&PathBuf, &String)> = entries
         .iter()
         .filter_map(|(p, r)| r.as_ref().err().map(|e| (p, e)))
+        .collect();
+    // A report that is there but unreadable already counts as one failure.
+    let missing: Vec<&Expected> = planned
+        .iter()
+        .filter(|e| !reports.iter().any(|r| r.name == e.name))
+        .filter(|e| {
+            !unreadable
+                .iter()
+                .any(|(p, _)| p.file_stem().is_some_and(|s| *s == *e.name))
+        })
         .collect();
 
     let header = [
@@ -272,13 +279,18 @@ pub fn summary(entries: &[Entry], planned: &[String]) -> (String, bool) {
         }
     }
     if !missing.is_empty() {
-        let _ = writeln!(out, "\nPlanned but never run (no report):");
-        for name in &missing {
-            let _ = writeln!(out, "  {name}");
+        let _ = writeln!(out, "\nPlanned but never reported:");
+        for e in &missing {
+            let _ = writeln!(
+                out,
+                "  {}: never reported ({})",
+                e.name,
+                e.source.why_missing()
+            );
         }
     }
     if !failing.is_empty() || !unreadable.is_empty() {
-        let _ = writeln!(out, "\nFailing boots:");
+        let _ = writeln!(out, "\nFailed:");
         for r in &failing {
             let _ = writeln!(out, "  {}: {} (log: {})", r.name, r.reason, r.log);
         }
@@ -298,6 +310,14 @@ pub fn summary(entries: &[Entry], planned: &[String]) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::Source;
+
+    fn expected(name: &str, source: Source) -> Expected {
+        Expected {
+            name: name.to_owned(),
+            source,
+        }
+    }
 
     fn report(
         name: &str,
@@ -420,16 +440,54 @@ mod tests {
                 (4, 0, 0),
             )),
         )];
-        let planned = ["x86_64-smp2".to_owned(), "arm64-smp2".to_owned()];
+        let planned = [
+            expected("x86_64-smp2", Source::Boot),
+            expected("arm64-smp2", Source::Boot),
+        ];
         let (text, ok) = summary(&entries, &planned);
         assert!(!ok, "{text}");
         assert!(
-            text.contains("Planned but never run (no report):\n  arm64-smp2\n"),
+            text.contains(
+                "Planned but never reported:\n  arm64-smp2: never reported (boot: its guest was \
+                 not built, or the suite did not run it)\n"
+            ),
             "{text}"
         );
         assert_eq!(text.lines().last(), Some("4 passed, 1 failed"));
         let (text, ok) = summary(&entries, &planned[..1]);
         assert!(ok, "{text}");
+    }
+
+    #[test]
+    fn a_planned_host_check_without_a_report_fails_by_name() {
+        let entries: Vec<Entry> = vec![
+            (
+                PathBuf::from("out/clippy.json"),
+                Ok(report("clippy", Verdict::Pass, Verdict::Pass, (1, 0, 0))),
+            ),
+            (
+                PathBuf::from("out/rustfmt.json"),
+                Err("EOF while parsing a value at line 3".into()),
+            ),
+        ];
+        let planned = [
+            expected("clippy", Source::HostCheck),
+            expected("loom", Source::HostCheck),
+            expected("rustfmt", Source::HostCheck),
+        ];
+        let (text, ok) = summary(&entries, &planned);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("\n  loom: never reported (host check: its lane died"),
+            "{text}"
+        );
+        // A report that is there but unreadable fails once, as unreadable.
+        assert!(!text.contains("rustfmt: never reported"), "{text}");
+        assert!(
+            text.contains("out/rustfmt.json: unreadable report"),
+            "{text}"
+        );
+        assert_eq!(text.lines().last(), Some("1 passed, 2 failed"));
     }
 
     #[test]

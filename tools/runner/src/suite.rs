@@ -4,8 +4,10 @@
 //! `tools/test.sh` (and `run.sh`, `bench.sh`) only build: they ask [`plan`] which kernels and
 //! initramfs images the suite needs (`textpoke-runner plan`), build those, and hand the paths
 //! of whatever was built to [`run`] (`textpoke-runner suite`). The manifest lists every planned
-//! boot up front, so a boot that never ran, because its guest failed to build or its artifacts
-//! were never handed over, is a failure the summary names rather than a silent gap.
+//! boot and host check up front, so a boot that never ran, because its guest failed to build or
+//! its artifacts were never handed over, or a host check that never recorded its result,
+//! because the shell running it died or `record` failed, is a failure the summary names rather
+//! than a silent gap.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -174,6 +176,41 @@ pub struct Manifest {
 /// The manifest's file name in a run directory.
 pub const MANIFEST: &str = "manifest.json";
 
+/// A report a run must produce (`DIR/NAME.json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The report's name.
+    pub name: String,
+    /// What writes it.
+    pub source: Source,
+}
+
+/// What writes a planned report, and so what a missing one says went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A boot, run by `textpoke-runner suite`.
+    Boot,
+    /// The kunit.py cross-check of a boot's log, run by `suite` after the boot.
+    KunitCheck,
+    /// A host check, recorded by `textpoke-runner record`.
+    HostCheck,
+}
+
+impl Source {
+    /// Why a report of this kind can be missing, for a person.
+    pub fn why_missing(self) -> &'static str {
+        match self {
+            Self::Boot => "boot: its guest was not built, or the suite did not run it",
+            Self::KunitCheck => {
+                "kunit.py cross-check: its boot did not report, or no kunit.py was given"
+            }
+            Self::HostCheck => {
+                "host check: its lane died, or `textpoke-runner record` of it never ran or failed"
+            }
+        }
+    }
+}
+
 /// Suffix of the report of a boot's kunit.py cross-check.
 pub const KUNIT_SUFFIX: &str = "kunit";
 
@@ -189,15 +226,25 @@ impl Manifest {
         v
     }
 
-    /// The report names the run must produce: one per boot, plus one per kunit.py check.
-    pub fn expected_reports(&self) -> Vec<String> {
-        self.boots
-            .iter()
-            .flat_map(|b| {
-                let check = b.kunit_check.then(|| format!("{}.{KUNIT_SUFFIX}", b.name));
-                std::iter::once(b.name.clone()).chain(check)
+    /// Every report the run must produce: one per boot, one per kunit.py cross-check and one
+    /// per host check, in the manifest's order.
+    pub fn expected_reports(&self) -> Vec<Expected> {
+        let boots = self.boots.iter().flat_map(|b| {
+            let check = b.kunit_check.then(|| Expected {
+                name: format!("{}.{KUNIT_SUFFIX}", b.name),
+                source: Source::KunitCheck,
+            });
+            std::iter::once(Expected {
+                name: b.name.clone(),
+                source: Source::Boot,
             })
-            .collect()
+            .chain(check)
+        });
+        let checks = self.checks.iter().map(|c| Expected {
+            name: c.clone(),
+            source: Source::HostCheck,
+        });
+        boots.chain(checks).collect()
     }
 
     /// Writes the manifest into `dir`.
@@ -446,7 +493,9 @@ pub const HOST_CHECKS: &[&str] = &[
     "checkpatch",
 ];
 
-/// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary.
+/// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary. `name` must
+/// be one of the checks of DIR's manifest: a report under any other name would stand for no
+/// planned check, and leave the one meant without a report.
 pub fn record(
     out: &Path,
     name: &str,
@@ -454,6 +503,19 @@ pub fn record(
     reason: &str,
     log: &str,
 ) -> Result<BootReport, String> {
+    let manifest = Manifest::read(out)?.ok_or_else(|| {
+        format!(
+            "{} has no {MANIFEST}: run `textpoke-runner plan` first",
+            out.display()
+        )
+    })?;
+    if !manifest.checks.iter().any(|c| c == name) {
+        return Err(format!(
+            "`{name}` is not a host check of the plan in {} (its checks: {})",
+            out.display(),
+            manifest.checks.join(", ")
+        ));
+    }
     let report = BootReport {
         name: name.to_owned(),
         arch: host_arch(),
@@ -483,7 +545,6 @@ pub fn record(
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     let path = out.join(format!("{name}.json"));
-    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     std::fs::write(&path, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(report)
@@ -859,12 +920,33 @@ mod tests {
             .unwrap();
         assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
         assert_eq!(mitigations.require, TEST_SUITES);
-        assert_eq!(
-            m.expected_reports()
+        let expected = m.expected_reports();
+        let named = |source| {
+            expected
                 .iter()
-                .filter(|n| n.ends_with(".kunit"))
-                .count(),
-            2
+                .filter(|e| e.source == source)
+                .map(|e| e.name.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            named(Source::KunitCheck),
+            ["x86_64-smp2.kunit", "arm64-smp2.kunit"]
+        );
+        assert_eq!(named(Source::Boot), names);
+        // Every host check is expected too, lint once per arch.
+        assert_eq!(
+            named(Source::HostCheck),
+            [
+                "host-tests",
+                "loom",
+                "mutants",
+                "fuzz-smoke",
+                "clippy",
+                "rustfmt",
+                "checkpatch",
+                "lint-x86_64",
+                "lint-arm64"
+            ]
         );
         // The demo builds no unpatched kernel.
         let demo = plan(Suite::Run, &[Arch::X86_64, Arch::Arm64]);

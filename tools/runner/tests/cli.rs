@@ -84,6 +84,36 @@ fn boot(s: &Scratch, name: &str, qemu: &str, extra: &[&str]) -> (Output, Value) 
     (o, serde_json::from_str(&json).unwrap())
 }
 
+/// Writes into `out` the manifest of a plan of the x86_64 boots `names` and no host check, as
+/// `plan` would: `summary` judges a directory against its plan.
+fn plan_boots(out: &Path, names: &[&str]) {
+    let boots: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            serde_json::json!({
+                "name": name,
+                "arch": "x86_64",
+                "variant": "patched",
+                "smp": 2,
+                "mem_mb": 1024,
+                "timeout": 900,
+                "append": "",
+                "expect": "pass",
+                "expect_log": null,
+                "require": [],
+                "kunit_check": false,
+            })
+        })
+        .collect();
+    let manifest = serde_json::json!({
+        "suite": "run",
+        "arches": ["x86_64"],
+        "boots": boots,
+        "checks": [],
+    });
+    fs::write(out.join("manifest.json"), manifest.to_string()).unwrap();
+}
+
 fn log_of(s: &Scratch, name: &str) -> String {
     fs::read_to_string(s.out().join(format!("{name}.log"))).unwrap()
 }
@@ -160,6 +190,7 @@ fn boot_pass_then_summary_and_parse() {
         "{log}"
     );
 
+    plan_boots(&s.out(), &["x86-pass"]);
     let o = run(&["summary", s.out().to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -253,6 +284,18 @@ fn harness_checks_and_failures() {
 
     // fails: 1 passed + 1 failed; checks: not-ok, warn, exit, missing pass, wrong fails;
     // no-qemu: expected pass, nothing failing, so it counts one failure.
+    plan_boots(
+        &s.out(),
+        &[
+            "fails",
+            "check-not-ok",
+            "check-warn",
+            "check-exit",
+            "no-qemu",
+            "check-missing",
+            "check-wrong",
+        ],
+    );
     let o = run(&["summary", s.out().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -409,21 +452,245 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     let o = run(&["summary", out]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains(
-            "Planned but never run (no report):\n  x86_64-smp2.kunit\n  arm64-smp2\n  \
-             arm64-smp2.kunit\n  arm64-smp4\n  x86_64-mitigations\n  harness-foreign-brk\n  \
-             harness-foreign-brk-swallowed\n"
-        ),
-        "{stdout}"
-    );
+    let missing: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "Planned but never reported:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let boot = "never reported (boot: its guest was not built, or the suite did not run it)";
+    let kunit = "never reported (kunit.py cross-check: its boot did not report, or no kunit.py \
+                 was given)";
+    let host = "never reported (host check: its lane died, or `textpoke-runner record` of it \
+                never ran or failed)";
+    let mut want = vec![
+        format!("  x86_64-smp2.kunit: {kunit}"),
+        format!("  arm64-smp2: {boot}"),
+        format!("  arm64-smp2.kunit: {kunit}"),
+        format!("  arm64-smp4: {boot}"),
+        format!("  x86_64-mitigations: {boot}"),
+        format!("  harness-foreign-brk: {boot}"),
+        format!("  harness-foreign-brk-swallowed: {boot}"),
+    ];
+    // No host check was recorded either.
+    for c in [
+        "host-tests",
+        "loom",
+        "mutants",
+        "fuzz-smoke",
+        "clippy",
+        "rustfmt",
+        "checkpatch",
+        "lint-x86_64",
+        "lint-arm64",
+    ] {
+        want.push(format!("  {c}: {host}"));
+    }
+    assert_eq!(missing, want, "{stdout}");
     // 2 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
     // the failures they must be (4 failed); the 4 arm64 boots and the x86_64 mitigations boot
     // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (7
-    // failed).
+    // failed); and the 9 host checks never reported.
     assert_eq!(
         stdout.lines().last(),
-        Some("4 passed, 11 failed"),
+        Some("4 passed, 20 failed"),
         "{stdout}"
     );
+}
+
+/// The manifest `plan` wrote into `out`.
+fn manifest(out: &Path) -> Value {
+    let json = fs::read_to_string(out.join("manifest.json")).unwrap();
+    serde_json::from_str(&json).unwrap()
+}
+
+/// Writes `out/NAME.json` for a boot or kunit.py cross-check that came out as `expected`, as
+/// `suite` would have: two passing tests for a boot expected to pass, one result otherwise.
+fn fake_report(out: &Path, name: &str, expected: &Value) {
+    let tests = if expected == "pass" && !name.ends_with(".kunit") {
+        2
+    } else {
+        1
+    };
+    let report = serde_json::json!({
+        "name": name,
+        "arch": "x86_64",
+        "smp": 2,
+        "mem_mb": 1024,
+        "verdict": expected,
+        "expected": expected,
+        "ok": true,
+        "reason": format!("{expected} as expected"),
+        "counts": {"passed": tests, "failed": 0, "skipped": 0},
+        "log": out.join(format!("{name}.log")),
+        "seconds": 1.0,
+    });
+    fs::write(out.join(format!("{name}.json")), report.to_string()).unwrap();
+}
+
+/// Plans `make test` on both arches into `out` and writes a report for each planned boot and
+/// kunit.py cross-check, every one as expected: what a run leaves but for its host checks.
+/// Returns the manifest.
+fn plan_and_boot_everything(out: &Path) -> Value {
+    let o = run(&[
+        "plan",
+        "test",
+        "--arch",
+        "x86_64",
+        "--arch",
+        "arm64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(out);
+    for boot in m["boots"].as_array().unwrap() {
+        let name = boot["name"].as_str().unwrap();
+        fake_report(out, name, &boot["expect"]);
+        if boot["kunit_check"] == true {
+            fake_report(out, &format!("{name}.kunit"), &Value::from("pass"));
+        }
+    }
+    m
+}
+
+/// Records host check `name` as tools/test.sh does.
+fn record(out: &Path, name: &str, status: i32) -> Output {
+    run(&[
+        "record",
+        "--out",
+        out.to_str().unwrap(),
+        "--name",
+        name,
+        "--status",
+        &status.to_string(),
+        "--reason",
+        "as tools/test.sh records it",
+        "--log",
+        out.join(format!("{name}.log")).to_str().unwrap(),
+    ])
+}
+
+/// The host checks the manifest of `out` plans.
+fn planned_checks(m: &Value) -> Vec<String> {
+    m["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_killed_host_lane_fails_the_summary_by_name() {
+    let s = Scratch::new("killed-lane");
+    let out = s.out();
+    let m = plan_and_boot_everything(&out);
+    // The host lane got through the workspace's tests and loom, then died; the foreground
+    // recorded checkpatch and lint.
+    let lane_recorded = ["host-tests", "loom"];
+    let lost = ["mutants", "fuzz-smoke", "clippy", "rustfmt"];
+    for name in planned_checks(&m) {
+        if !lost.contains(&name.as_str()) {
+            let o = record(&out, &name, 0);
+            assert!(o.status.success(), "{}", text(&o));
+        }
+    }
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for name in lost {
+        assert!(
+            stdout.contains(&format!("\n  {name}: never reported (host check")),
+            "{name} not named: {stdout}"
+        );
+    }
+    for name in lane_recorded {
+        assert!(!stdout.contains(&format!("  {name}: never")), "{stdout}");
+    }
+    // 5 guest boots of 2 tests, 6 harness boots, 2 kunit.py cross-checks, 5 host checks.
+    assert_eq!(
+        stdout.lines().last(),
+        Some("23 passed, 4 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_finished_run_without_loom_s_report_fails_by_name() {
+    let s = Scratch::new("no-loom");
+    let out = s.out();
+    let m = plan_and_boot_everything(&out);
+    for name in planned_checks(&m) {
+        let o = record(&out, &name, 0);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().last(),
+        Some("27 passed, 0 failed"),
+        "{}",
+        text(&o)
+    );
+
+    fs::remove_file(out.join("loom.json")).unwrap();
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("\n  loom: never reported (host check"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some("26 passed, 1 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_failed_record_counts_its_check_as_failed() {
+    let s = Scratch::new("record-fails");
+    let out = s.out();
+    let m = plan_and_boot_everything(&out);
+    for name in planned_checks(&m) {
+        // A misspelt name is no check of the plan: `record` refuses it, and the check it
+        // meant never reports.
+        let name = if name == "loom" { "lomo".into() } else { name };
+        let o = record(&out, &name, 0);
+        assert_eq!(o.status.success(), name != "lomo", "{}", text(&o));
+    }
+    // A check that failed is recorded, and fails.
+    let o = record(&out, "clippy", 1);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("\n  loom: never reported (host check"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("lomo"), "{stdout}");
+    assert!(
+        stdout.contains("\n  clippy: as tools/test.sh records it"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some("25 passed, 2 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_directory_without_a_plan_fails() {
+    let s = Scratch::new("no-plan");
+    let o = run(&["summary", s.0.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("has no manifest.json"), "{stderr}");
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    let o = run(&["summary", s.0.join("nonexistent").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
