@@ -428,7 +428,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
-        "x86_64 patched\narm64 patched\nx86_64 mitigations\nx86_64 unpatched\n"
+        "x86_64 patched\narm64 patched\narm64 cfi\nx86_64 mitigations\nx86_64 unpatched\n"
     );
     // Only the x86_64 guests were built: the arm64 one "failed".
     let o = run(&[
@@ -468,6 +468,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         format!("  arm64-smp2: {boot}"),
         format!("  arm64-smp2.kunit: {kunit}"),
         format!("  arm64-smp4: {boot}"),
+        format!("  arm64-cfi: {boot}"),
         format!("  x86_64-mitigations: {boot}"),
         format!("  harness-foreign-brk: {boot}"),
         format!("  harness-foreign-brk-swallowed: {boot}"),
@@ -493,7 +494,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     // failed); and the 9 host checks never reported.
     assert_eq!(
         stdout.lines().last(),
-        Some("4 passed, 20 failed"),
+        Some("4 passed, 21 failed"),
         "{stdout}"
     );
 }
@@ -611,7 +612,7 @@ fn a_killed_host_lane_fails_the_summary_by_name() {
     // 5 guest boots of 2 tests, 6 harness boots, 2 kunit.py cross-checks, 5 host checks.
     assert_eq!(
         stdout.lines().last(),
-        Some("23 passed, 4 failed"),
+        Some("25 passed, 4 failed"),
         "{stdout}"
     );
 }
@@ -629,7 +630,7 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).lines().last(),
-        Some("27 passed, 0 failed"),
+        Some("29 passed, 0 failed"),
         "{}",
         text(&o)
     );
@@ -644,7 +645,7 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     );
     assert_eq!(
         stdout.lines().last(),
-        Some("26 passed, 1 failed"),
+        Some("28 passed, 1 failed"),
         "{stdout}"
     );
 }
@@ -678,7 +679,7 @@ fn a_failed_record_counts_its_check_as_failed() {
     );
     assert_eq!(
         stdout.lines().last(),
-        Some("25 passed, 2 failed"),
+        Some("27 passed, 2 failed"),
         "{stdout}"
     );
 }
