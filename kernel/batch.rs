@@ -890,7 +890,7 @@ impl<'a> Run<'a> {
             s.tail_written = read && tail != e.change.old.as_slice().get(guard.len()..);
         }
         let entries = self.entries;
-        let sites = core::mem::replace(&mut self.sites, KVec::new());
+        let sites = core::mem::take(&mut self.sites);
         for repair in Recovery::new(This::PLAN, entries, &sites) {
             let done = match repair {
                 Repair::Sync => {

@@ -575,7 +575,9 @@ impl<C: AsRef<Change>> Iterator for Recovery<'_, C> {
             match self.phase {
                 RecoveryPhase::Tails => {
                     let tail = |arch, change: &Change, site: &Stranded| {
-                        arch == Arch::X86 && !site.tail_done && !site.target(change).tail().is_empty()
+                        arch == Arch::X86
+                            && !site.tail_done
+                            && !site.target(change).tail().is_empty()
                     };
                     match self.next_site(tail) {
                         Some(i) => {

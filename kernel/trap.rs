@@ -63,8 +63,8 @@ impl Replaced {
     /// neighbouring sites land far apart).
     #[inline(always)]
     fn bucket(&self, addr: u64) -> &[AtomicU64] {
-        let b = (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKETS.trailing_zeros()))
-            as usize;
+        let b =
+            (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKETS.trailing_zeros())) as usize;
         let first = b.wrapping_mul(WAYS);
         self.slots
             .get(first..first.wrapping_add(WAYS))

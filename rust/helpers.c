@@ -8,6 +8,7 @@
  */
 
 #include <linux/cpuhplock.h>
+#include <linux/irqflags.h>
 #include <linux/uaccess.h>
 #include <linux/kprobes.h>
 #include <linux/rcupdate.h>

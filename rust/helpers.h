@@ -13,6 +13,8 @@ void textpoke_helper_cpus_read_unlock(void);
 void textpoke_helper_cpu_relax(void);
 void textpoke_helper_preempt_disable(void);
 void textpoke_helper_preempt_enable(void);
+unsigned long textpoke_helper_irq_save(void);
+void textpoke_helper_irq_restore(unsigned long flags);
 long textpoke_read_text_nofault(u8 *dst, const u8 *src, size_t len);
 
 #endif

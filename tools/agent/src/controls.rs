@@ -380,7 +380,10 @@ fn fault_injection_matrix(kcore: &Kcore) -> Case {
         // The sites are as textpoke's registry has them: one more batch goes through.
         let after = scenario::run(FAULT_SPEC, &sites, kcore)?;
         if after.run.is_err() {
-            bad.push(format!("the batch after the matrix failed: {:?}", after.run));
+            bad.push(format!(
+                "the batch after the matrix failed: {:?}",
+                after.run
+            ));
         }
         if bad.is_empty() {
             Ok((

@@ -610,14 +610,10 @@ pub fn cases(kcore: &Kcore) -> Case {
     // single-threaded TCG, a CPU that traps on nearly every call it makes starves the one that
     // writes, and each way took two and a half minutes on arm64 instead of seconds
     // (docs/results.md). The other CPU still runs the kernel's own work meanwhile.
-    let (case, all_on) = through_textpoke(
-        "function_tracer_all_on",
-        kcore,
-        text,
-        None,
-        false,
-        || filter("").and_then(|()| tracer("function")),
-    );
+    let (case, all_on) =
+        through_textpoke("function_tracer_all_on", kcore, text, None, false, || {
+            filter("").and_then(|()| tracer("function"))
+        });
     c.push(case);
     // A module that loads while every function is traced gets its call sites enabled as it
     // loads (`ftrace_module_enable()`), outside any update.
@@ -668,14 +664,10 @@ fn instance_cases(kcore: &Kcore, text: (u64, usize), c: &mut Vec<Case>) {
         return;
     }
     let instance = |name: &str| write(&format!("{INSTANCE}/current_tracer"), name);
-    let (case, top_on) = through_textpoke(
-        "instance_top_function_on",
-        kcore,
-        text,
-        None,
-        true,
-        || filter(FILTER).and_then(|()| tracer("function")),
-    );
+    let (case, top_on) =
+        through_textpoke("instance_top_function_on", kcore, text, None, true, || {
+            filter(FILTER).and_then(|()| tracer("function"))
+        });
     c.push(case);
     let (case, second_on) = through_textpoke(
         "instance_second_function_on",
@@ -752,12 +744,13 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
             .map_err(|e| format!("perf recorder: {e}"))?;
         crate::load(TRACED_MODULE, "")?;
         let calls = module_call_sites(TRACED_MODULE);
-        let texts: Result<Vec<Vec<u8>>, String> = calls.as_ref().map_err(Clone::clone).and_then(|calls| {
-            calls
-                .iter()
-                .map(|(a, _)| kcore.read(*a, nop.len()).map_err(|e| format!("kcore: {e}")))
-                .collect()
-        });
+        let texts: Result<Vec<Vec<u8>>, String> =
+            calls.as_ref().map_err(Clone::clone).and_then(|calls| {
+                calls
+                    .iter()
+                    .map(|(a, _)| kcore.read(*a, nop.len()).map_err(|e| format!("kcore: {e}")))
+                    .collect()
+            });
         let loaded = rec.drain();
         let unloaded = sys::unload_module(TRACED_MODULE)
             .map_err(|e| format!("unloading {TRACED_MODULE}: {e}"));
@@ -766,7 +759,10 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
         unloaded?;
         for d in [&loaded, &unload_drain] {
             if !d.is_clean() {
-                return Err(format!("perf may have lost records ({} lost)", d.lost_records));
+                return Err(format!(
+                    "perf may have lost records ({} lost)",
+                    d.lost_records
+                ));
             }
         }
         if calls.is_empty() {
@@ -795,7 +791,9 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
             .filter(|p| p.addr >= lo && p.addr <= hi)
             .count();
         if at_unload > 0 {
-            return Err(format!("{at_unload} records in the module's text as it unloaded"));
+            return Err(format!(
+                "{at_unload} records in the module's text as it unloaded"
+            ));
         }
         Ok(format!(
             "{} call sites of {TRACED_MODULE} enabled as it loaded, each with its record;              none recorded as it unloaded",

@@ -53,10 +53,7 @@ fn verdicts(name: &str, lines: &[String]) -> Vec<Case> {
     let mut out = vec![Case::check(
         format!("{name}_reported"),
         said == Some(found.len()) && !found.is_empty(),
-        format!(
-            "{} verdict lines, the outsider said {said:?}",
-            found.len()
-        ),
+        format!("{} verdict lines, the outsider said {said:?}", found.len()),
     )];
     out.extend(found.into_iter().map(|(name, got, expected)| {
         Case::check(

@@ -640,7 +640,10 @@ pub fn random_walks(batch: &Batch, cpus: usize, walks: usize, seed: u64) -> Repo
             report.states += 1;
             let next = state.explore(batch, cpus, &mut report);
             let done = state.pc >= batch.steps.len()
-                && state.failed.as_ref().is_none_or(|(_, undo)| undo.is_empty());
+                && state
+                    .failed
+                    .as_ref()
+                    .is_none_or(|(_, undo)| undo.is_empty());
             if next.is_empty() || (done && rand(4) == 0) {
                 break;
             }

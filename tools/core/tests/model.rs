@@ -125,7 +125,10 @@ fn failed_writes_recover_cleanly_exhaustively() {
         (Arch::Arm64, arm64_sites(3), 3),
     ] {
         let n = sites.len();
-        let r = exhaustive(&Batch::new(arch, GUARDED, sites).failing(Recover::Plan), cpus);
+        let r = exhaustive(
+            &Batch::new(arch, GUARDED, sites).failing(Recover::Plan),
+            cpus,
+        );
         show(&format!("{arch:?} failing writes {cpus}x{n}"), &r);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert!(r.old > 0 && r.new > 0 && r.trapped > 0);

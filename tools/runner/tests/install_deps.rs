@@ -1012,7 +1012,11 @@ fn profile_run_skips_cargo_fuzz_and_test_adds_it() {
 
     let test = sim.run(&["test"]);
     test.assert_ok("test");
-    test.assert_changes(&[UPDATE.to_string(), apt_install(&TEST_ONLY), INSTALL_FUZZ.to_string()]);
+    test.assert_changes(&[
+        UPDATE.to_string(),
+        apt_install(&TEST_ONLY),
+        INSTALL_FUZZ.to_string(),
+    ]);
 }
 
 /// Case 9: An unknown profile: refused before any command.
