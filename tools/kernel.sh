@@ -58,12 +58,15 @@ mitigations) [ "$arch" = x86_64 ] || die "the mitigations variant is x86_64 only
 cfi) [ "$arch" = arm64 ] || die "the cfi variant is arm64 only"; llvm=-19 ;;
 *) die "unknown variant '$variant' (patched, unpatched, mitigations, cfi or kasan)" ;;
 esac
-if [ "$llvm" != 1 ]; then
-	command -v "clang$llvm" >/dev/null || die "clang$llvm missing: run tools/install-deps.sh test"
-	# The Rust bindings are generated with the same clang: its options (-fsanitize=kcfi, say)
-	# are the kernel's C flags, which an older libclang refuses.
-	export LIBCLANG_PATH=/usr/lib/llvm${llvm}/lib
-fi
+# The compiler: clang (Debian's default) for LLVM=1, clang-19 for LLVM=-19.
+cc=clang$([ "$llvm" = 1 ] || echo "$llvm")
+command -v "$cc" >/dev/null || die "$cc missing: run tools/install-deps.sh test"
+# The Rust bindings are generated with the libclang of the same clang: the kernel's C flags
+# are the compiler's (-fsanitize=kcfi for clang 19, an -enable-trivial-auto-var-init flag for
+# clang 14), which another version refuses, and bindgen would otherwise load the newest
+# libclang installed.
+export LIBCLANG_PATH=/usr/lib/llvm-$("$cc" -dumpversion | cut -d. -f1)/lib
+[ -d "$LIBCLANG_PATH" ] || die "$LIBCLANG_PATH missing (libclang of $cc): run tools/install-deps.sh"
 # The variants other than `unpatched` are the patched source with one more fragment.
 case $variant in
 unpatched) source=unpatched extra=() ;;
