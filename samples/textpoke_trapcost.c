@@ -17,9 +17,10 @@
  *    stay on); the calls go in chunks of CHUNK, the two functions' chunks interleaved, so that
  *    both loops see the same conditions and no CPU runs without preemption for long (under TCG
  *    a run takes about a second).
- *  - result: the last run's "n N probed_ns P unprobed_ns U hits H post_hits Q": the two loops'
- *    times in nanoseconds and the hits the pre- and post-handler counted during the run. A run
- *    measured a hit per call only if H and Q are both N; otherwise it is invalid.
+ *  - result: the last run, one "key value" line each: n (N), probed_ns and unprobed_ns (the
+ *    two loops' times in nanoseconds), hits and post_hits (what the pre- and post-handler
+ *    counted during the run; all 0 before the first run). A run measured one hit per call only
+ *    if both are N; otherwise it is invalid.
  *
  * Bad input changes nothing, is logged, and each kind fails with its own errno: -EPERM without
  * CAP_SYS_ADMIN, -E2BIG for a line too long, -EFAULT for an unreadable buffer, -EINVAL for an
@@ -176,8 +177,8 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 static int result_show(struct seq_file *m, void *v)
 {
 	mutex_lock(&last.lock);
-	seq_printf(m, "n %llu probed_ns %llu unprobed_ns %llu hits %ld post_hits %ld\n", last.n,
-		   last.probed_ns, last.unprobed_ns, last.hits, last.post_hits);
+	seq_printf(m, "n %llu\nprobed_ns %llu\nunprobed_ns %llu\nhits %ld\npost_hits %ld\n",
+		   last.n, last.probed_ns, last.unprobed_ns, last.hits, last.post_hits);
 	mutex_unlock(&last.lock);
 	return 0;
 }
