@@ -224,8 +224,41 @@ pub struct Interval {
     pub hi: f64,
 }
 
-/// The 95% percentile-bootstrap interval of `median(a) / median(b)`: `resamples` times,
-/// resample each side with replacement, to its own size, and take the ratio of the medians.
+/// The 95% percentile-bootstrap interval of a statistic of medians: `resamples` times, resample
+/// each side with replacement, to its own size, take each resample's median and `stat` of them
+/// (in the sides' order); the interval runs from the 2.5th to the 97.5th percentile of the
+/// values `stat` gave. A resample for which `stat` gives `None` is left out. `None` if a side is
+/// empty or no resample gave a value.
+pub fn bootstrap_medians(
+    sides: &[&[f64]],
+    resamples: usize,
+    seed: u64,
+    stat: impl Fn(&[f64]) -> Option<f64>,
+) -> Option<Interval> {
+    if sides.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut draw = Vec::new();
+    let mut medians = vec![0.0; sides.len()];
+    let mut values = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        for (m, side) in medians.iter_mut().zip(sides) {
+            draw.clear();
+            draw.extend((0..side.len()).map(|_| side[rng.below(side.len())]));
+            draw.sort_by(f64::total_cmp);
+            *m = quantile(&draw, 0.5)?;
+        }
+        values.extend(stat(&medians));
+    }
+    values.sort_by(f64::total_cmp);
+    Some(Interval {
+        lo: quantile(&values, 0.025)?,
+        hi: quantile(&values, 0.975)?,
+    })
+}
+
+/// The 95% percentile-bootstrap interval of `median(a) / median(b)` ([`bootstrap_medians`]).
 /// `None` if a side is empty or every resample of `b` has median 0.
 pub fn bootstrap_ratio_of_medians(
     a: &[f64],
@@ -233,29 +266,15 @@ pub fn bootstrap_ratio_of_medians(
     resamples: usize,
     seed: u64,
 ) -> Option<Interval> {
-    if a.is_empty() || b.is_empty() {
-        return None;
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut draw = |from: &[f64], into: &mut Vec<f64>| {
-        into.clear();
-        into.extend((0..from.len()).map(|_| from[rng.below(from.len())]));
-        into.sort_by(f64::total_cmp);
-        quantile(into, 0.5)
-    };
-    let (mut ra, mut rb) = (Vec::new(), Vec::new());
-    let mut ratios = Vec::with_capacity(resamples);
-    for _ in 0..resamples {
-        let (ma, mb) = (draw(a, &mut ra)?, draw(b, &mut rb)?);
-        if mb > 0.0 {
-            ratios.push(ma / mb);
-        }
-    }
-    ratios.sort_by(f64::total_cmp);
-    Some(Interval {
-        lo: quantile(&ratios, 0.025)?,
-        hi: quantile(&ratios, 0.975)?,
+    bootstrap_medians(&[a, b], resamples, seed, |m| {
+        (m[1] > 0.0).then(|| m[0] / m[1])
     })
+}
+
+/// The 95% percentile-bootstrap interval of the median of `values` ([`bootstrap_medians`]);
+/// `None` if there are none.
+pub fn bootstrap_median(values: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
+    bootstrap_medians(&[values], resamples, seed, |m| Some(m[0]))
 }
 
 /// What one (mode, N) came to.
@@ -1300,6 +1319,30 @@ mod tests {
         assert_eq!((one.lo, one.hi), (2.0, 2.0));
         assert_eq!(bootstrap_ratio_of_medians(&[], &b, 10, 1), None);
         assert_eq!(bootstrap_ratio_of_medians(&a, &[0.0], 10, 1), None);
+    }
+
+    #[test]
+    fn bootstrap_of_one_median_and_of_a_ratio_share_the_resampling() {
+        let v: Vec<f64> = [30, 28, 35, 31, 29, 40, 33, 27, 32, 30, 36, 31]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let ci = bootstrap_median(&v, RESAMPLES, 5).unwrap();
+        assert_eq!(bootstrap_median(&v, RESAMPLES, 5), Some(ci));
+        let m = median(&v).unwrap();
+        assert!(ci.lo <= m && m <= ci.hi && ci.lo < ci.hi, "{ci:?}");
+        assert!(ci.lo >= 27.0 && ci.hi <= 40.0, "{ci:?}");
+        let one = bootstrap_median(&[3.0; 4], 100, 1).unwrap();
+        assert_eq!((one.lo, one.hi), (3.0, 3.0));
+        assert_eq!(bootstrap_median(&[], 10, 1), None);
+        // The ratio's interval is the general one with the ratio as the statistic.
+        let b: Vec<f64> = v.iter().map(|x| x / 3.0 + 1.0).collect();
+        assert_eq!(
+            bootstrap_ratio_of_medians(&v, &b, RESAMPLES, 9),
+            bootstrap_medians(&[&v, &b], RESAMPLES, 9, |m| Some(m[0] / m[1]))
+        );
+        // No statistic from any resample: no interval.
+        assert_eq!(bootstrap_medians(&[&v], 10, 1, |_| None), None);
     }
 
     #[test]
