@@ -3,8 +3,9 @@
 //! and per arch writes a Markdown table with the spread of every (mode, N), the ratio of
 //! textpoke's median time to every other mode's with a bootstrap confidence interval, the raw
 //! samples as JSON, and an SVG plot of the distributions. The same logs may carry the
-//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs): its section
-//! joins the arch's report.
+//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs), the kernel
+//! patching's `textpoke-kbench:` lines (kbench.rs) and the foreign traps' `textpoke-trapcost:`
+//! lines (trapcost.rs): each has its section in the arch's report.
 //!
 //! Statistics: quantiles interpolate linearly between order statistics (Hyndman and Fan's
 //! type 7, as R and numpy do by default), so the median of an even count is the mean of the
@@ -366,6 +367,9 @@ pub struct ArchReport {
     /// logs have its lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kbench: Option<crate::kbench::KbenchReport>,
+    /// A kprobe hit with textpoke loaded and without (trapcost.rs), if the logs have its lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_traps: Option<crate::trapcost::TrapcostReport>,
 }
 
 fn mode_rank(mode: &str) -> usize {
@@ -487,6 +491,7 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
         samples,
         retarget: None,
         kbench: None,
+        foreign_traps: None,
     }
 }
 
@@ -681,6 +686,12 @@ pub fn markdown(r: &ArchReport) -> String {
             out.push('\n');
         }
         out.push_str(&crate::kbench::markdown(kbench));
+    }
+    if let Some(foreign) = &r.foreign_traps {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::trapcost::markdown(foreign));
     }
     out
 }
@@ -1081,6 +1092,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         Vec<Source>,
         Option<RetargetReport>,
         Option<crate::kbench::KbenchReport>,
+        Option<crate::trapcost::TrapcostReport>,
     );
     let mut by_arch: BTreeMap<String, Arch> = BTreeMap::new();
     for log in logs {
@@ -1090,6 +1102,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         let parsed = parse_log(&text);
         let (retarget, retarget_problems) = crate::retarget::parse_log(&text);
         let (kbench, kbench_problems) = crate::kbench::parse_log(&text);
+        let (foreign, foreign_problems) = crate::trapcost::parse_log(&text);
         // One boot, one arch: the first sample of any kind names it.
         let Some(arch) = parsed
             .samples
@@ -1097,6 +1110,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
             .map(|s| &s.arch)
             .or_else(|| retarget.first().map(|s| &s.arch))
             .or_else(|| kbench.first().map(|s| &s.arch))
+            .or_else(|| foreign.first().map(|s| &s.arch))
             .cloned()
         else {
             continue;
@@ -1131,18 +1145,29 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                     .map(|p| format!("{}: {p}", log.display())),
             );
         }
+        if !foreign.is_empty() || !foreign_problems.is_empty() {
+            let part = entry.4.get_or_insert_with(Default::default);
+            part.samples.extend(foreign);
+            part.problems.extend(
+                foreign_problems
+                    .into_iter()
+                    .map(|p| format!("{}: {p}", log.display())),
+            );
+        }
     }
     if by_arch.is_empty() {
         return Err(format!(
-            "no `{}` or `{}` lines in any log of {}",
+            "no `{}`, `{}`, `{}` or `{}` lines in any log of {}",
             PREFIX.trim_end(),
             crate::retarget::PREFIX.trim_end(),
+            crate::kbench::PREFIX.trim_end(),
+            crate::trapcost::PREFIX.trim_end(),
             dir.display()
         ));
     }
     let mut reports: Vec<ArchReport> = by_arch
         .into_iter()
-        .map(|(arch, (samples, sources, retarget, kbench))| {
+        .map(|(arch, (samples, sources, retarget, kbench, foreign))| {
             let mut r = analyse(&arch, samples, sources);
             if let Some(part) = retarget {
                 let mut done = crate::retarget::analyse(part.samples);
@@ -1157,6 +1182,15 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                 let mut done = crate::kbench::analyse(part.samples);
                 done.problems = part.problems;
                 r.kbench = Some(done);
+            }
+            if let Some(part) = foreign {
+                let mut done = crate::trapcost::analyse(part.samples);
+                done.problems = part.problems;
+                // Without flips the CPUs come from these samples.
+                r.cpus = r
+                    .cpus
+                    .max(done.samples.iter().map(|s| s.cpus).max().unwrap_or(0));
+                r.foreign_traps = Some(done);
             }
             r
         })
