@@ -15,8 +15,8 @@
  *  - control: "run N" (1 <= N <= MAX_RUN) calls trapcost_probed() N times and trapcost_plain()
  *    N times, timing each loop with local_clock(), preemption disabled while timed (interrupts
  *    stay on); the calls go in chunks of CHUNK, the two functions' chunks interleaved, so that
- *    both loops see the same conditions and no CPU runs without preemption for long (under TCG
- *    a run takes about a second).
+ *    both loops see the same conditions and no CPU goes long without preemption, however large
+ *    N is.
  *  - result: the last run, one "key value" line each: n (N), probed_ns and unprobed_ns (the
  *    two loops' times in nanoseconds), hits and post_hits (what the pre- and post-handler
  *    counted during the run; all 0 before the first run). A run measured one hit per call only

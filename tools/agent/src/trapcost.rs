@@ -182,7 +182,8 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
     let mut problems = Vec::new();
     let mut samples = 0u32;
     let mut invalid = 0u32;
-    // Every run with textpoke gets it as the rounds load it, the first one too.
+    // Unloaded first, so that every run with textpoke, the first one too, has it loaded the
+    // same way: by this section, with LOADED_PARAMS.
     let ready = set_textpoke(None).and_then(|()| crate::load(MODULE, ""));
     match ready {
         Err(e) => problems.push(e),
