@@ -13,10 +13,14 @@
 //! (`textpoke-runner bench-report`). Nothing here is asserted on timing: the KTAP cases only
 //! check that each measurement ran.
 //!
-//! `textpoke.bench_reps=K` on the kernel command line runs K rounds at every size and
-//! `textpoke.bench_sizes=1,16` only those sizes, `textpoke.bench_only=kernel` only the
-//! kernel's own patching (kbench.rs) and `textpoke.bench_only=flips` only the flips (for a
-//! quick look; `make bench` uses none of them).
+//! After the flips, with textpoke_bench unloaded so that nothing holds textpoke, the foreign
+//! traps: a kprobe hit's cost with textpoke loaded and without it (trapcost.rs).
+//!
+//! `textpoke.bench_reps=K` on the kernel command line runs K rounds at every size (and of the
+//! foreign traps) and `textpoke.bench_sizes=1,16` only those sizes, `textpoke.bench_only=kernel`
+//! only the kernel's own patching (kbench.rs), `textpoke.bench_only=flips` only the flips and
+//! `textpoke.bench_only=foreign_traps` only the foreign traps (for a quick look; `make bench`
+//! uses none of them).
 
 use std::collections::BTreeMap;
 use textpoke_agent::ktap::{Case, Ktap};
@@ -285,6 +289,15 @@ pub fn run(ktap: &mut Ktap) {
         super::print_document(ktap, selftest, "textpoke_bench", cases);
         return;
     }
+    if only.as_deref() == Some("foreign_traps") {
+        super::log("bench: the foreign traps only");
+        // Loaded first for its self-test's suite; the section leaves it loaded.
+        let (loaded, selftest) = super::load_textpoke("");
+        let mut cases = vec![Case::check("load", loaded.is_ok(), format!("{loaded:?}"))];
+        cases.extend(super::trapcost::run(arch(), cpus, log));
+        super::print_document(ktap, selftest, "textpoke_bench", cases);
+        return;
+    }
     let mut cases = Vec::new();
     if only.as_deref() == Some("flips") {
         super::log("bench: the flips only");
@@ -362,6 +375,18 @@ pub fn run(ktap: &mut Ktap) {
         if let Err(e) = control("reset") {
             cases.push(Case::fail("reset", e));
         }
+    }
+    if only.as_deref() != Some("flips") {
+        // The foreign traps unload textpoke in every round: nothing may hold it.
+        if loaded.is_ok() {
+            let unloaded = sys::unload_module("textpoke_bench");
+            cases.push(Case::check(
+                "unload_textpoke_bench",
+                unloaded.is_ok(),
+                format!("{unloaded:?}"),
+            ));
+        }
+        cases.extend(super::trapcost::run(arch(), cpus, log));
     }
     super::print_document(ktap, selftest, "textpoke_bench", cases);
 }

@@ -37,6 +37,7 @@ mod outsider;
 mod retarget;
 mod scenario;
 mod stress;
+mod trapcost;
 
 use scenario::{region, Evidence};
 

@@ -3,8 +3,9 @@
 //! and per arch writes a Markdown table with the spread of every (mode, N), the ratio of
 //! textpoke's median time to every other mode's with a bootstrap confidence interval, the raw
 //! samples as JSON, and an SVG plot of the distributions. The same logs may carry the
-//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs): its section
-//! joins the arch's report.
+//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs), the kernel
+//! patching's `textpoke-kbench:` lines (kbench.rs) and the foreign traps' `textpoke-trapcost:`
+//! lines (trapcost.rs): each has its section in the arch's report.
 //!
 //! Statistics: quantiles interpolate linearly between order statistics (Hyndman and Fan's
 //! type 7, as R and numpy do by default), so the median of an even count is the mean of the
@@ -224,8 +225,41 @@ pub struct Interval {
     pub hi: f64,
 }
 
-/// The 95% percentile-bootstrap interval of `median(a) / median(b)`: `resamples` times,
-/// resample each side with replacement, to its own size, and take the ratio of the medians.
+/// The 95% percentile-bootstrap interval of a statistic of medians: `resamples` times, resample
+/// each side with replacement, to its own size, take each resample's median and `stat` of them
+/// (in the sides' order); the interval runs from the 2.5th to the 97.5th percentile of the
+/// values `stat` gave. A resample for which `stat` gives `None` is left out. `None` if a side is
+/// empty or no resample gave a value.
+pub fn bootstrap_medians(
+    sides: &[&[f64]],
+    resamples: usize,
+    seed: u64,
+    stat: impl Fn(&[f64]) -> Option<f64>,
+) -> Option<Interval> {
+    if sides.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut draw = Vec::new();
+    let mut medians = vec![0.0; sides.len()];
+    let mut values = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        for (m, side) in medians.iter_mut().zip(sides) {
+            draw.clear();
+            draw.extend((0..side.len()).map(|_| side[rng.below(side.len())]));
+            draw.sort_by(f64::total_cmp);
+            *m = quantile(&draw, 0.5)?;
+        }
+        values.extend(stat(&medians));
+    }
+    values.sort_by(f64::total_cmp);
+    Some(Interval {
+        lo: quantile(&values, 0.025)?,
+        hi: quantile(&values, 0.975)?,
+    })
+}
+
+/// The 95% percentile-bootstrap interval of `median(a) / median(b)` ([`bootstrap_medians`]).
 /// `None` if a side is empty or every resample of `b` has median 0.
 pub fn bootstrap_ratio_of_medians(
     a: &[f64],
@@ -233,29 +267,15 @@ pub fn bootstrap_ratio_of_medians(
     resamples: usize,
     seed: u64,
 ) -> Option<Interval> {
-    if a.is_empty() || b.is_empty() {
-        return None;
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut draw = |from: &[f64], into: &mut Vec<f64>| {
-        into.clear();
-        into.extend((0..from.len()).map(|_| from[rng.below(from.len())]));
-        into.sort_by(f64::total_cmp);
-        quantile(into, 0.5)
-    };
-    let (mut ra, mut rb) = (Vec::new(), Vec::new());
-    let mut ratios = Vec::with_capacity(resamples);
-    for _ in 0..resamples {
-        let (ma, mb) = (draw(a, &mut ra)?, draw(b, &mut rb)?);
-        if mb > 0.0 {
-            ratios.push(ma / mb);
-        }
-    }
-    ratios.sort_by(f64::total_cmp);
-    Some(Interval {
-        lo: quantile(&ratios, 0.025)?,
-        hi: quantile(&ratios, 0.975)?,
+    bootstrap_medians(&[a, b], resamples, seed, |m| {
+        (m[1] > 0.0).then(|| m[0] / m[1])
     })
+}
+
+/// The 95% percentile-bootstrap interval of the median of `values` ([`bootstrap_medians`]);
+/// `None` if there are none.
+pub fn bootstrap_median(values: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
+    bootstrap_medians(&[values], resamples, seed, |m| Some(m[0]))
 }
 
 /// What one (mode, N) came to.
@@ -347,6 +367,9 @@ pub struct ArchReport {
     /// logs have its lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kbench: Option<crate::kbench::KbenchReport>,
+    /// A kprobe hit with textpoke loaded and without (trapcost.rs), if the logs have its lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_traps: Option<crate::trapcost::TrapcostReport>,
 }
 
 fn mode_rank(mode: &str) -> usize {
@@ -468,6 +491,7 @@ pub fn analyse(arch: &str, samples: Vec<Sample>, sources: Vec<Source>) -> ArchRe
         samples,
         retarget: None,
         kbench: None,
+        foreign_traps: None,
     }
 }
 
@@ -662,6 +686,12 @@ pub fn markdown(r: &ArchReport) -> String {
             out.push('\n');
         }
         out.push_str(&crate::kbench::markdown(kbench));
+    }
+    if let Some(foreign) = &r.foreign_traps {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&crate::trapcost::markdown(foreign));
     }
     out
 }
@@ -1062,6 +1092,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         Vec<Source>,
         Option<RetargetReport>,
         Option<crate::kbench::KbenchReport>,
+        Option<crate::trapcost::TrapcostReport>,
     );
     let mut by_arch: BTreeMap<String, Arch> = BTreeMap::new();
     for log in logs {
@@ -1071,6 +1102,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         let parsed = parse_log(&text);
         let (retarget, retarget_problems) = crate::retarget::parse_log(&text);
         let (kbench, kbench_problems) = crate::kbench::parse_log(&text);
+        let (foreign, foreign_problems) = crate::trapcost::parse_log(&text);
         // One boot, one arch: the first sample of any kind names it.
         let Some(arch) = parsed
             .samples
@@ -1078,6 +1110,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
             .map(|s| &s.arch)
             .or_else(|| retarget.first().map(|s| &s.arch))
             .or_else(|| kbench.first().map(|s| &s.arch))
+            .or_else(|| foreign.first().map(|s| &s.arch))
             .cloned()
         else {
             continue;
@@ -1112,18 +1145,29 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                     .map(|p| format!("{}: {p}", log.display())),
             );
         }
+        if !foreign.is_empty() || !foreign_problems.is_empty() {
+            let part = entry.4.get_or_insert_with(Default::default);
+            part.samples.extend(foreign);
+            part.problems.extend(
+                foreign_problems
+                    .into_iter()
+                    .map(|p| format!("{}: {p}", log.display())),
+            );
+        }
     }
     if by_arch.is_empty() {
         return Err(format!(
-            "no `{}` or `{}` lines in any log of {}",
+            "no `{}`, `{}`, `{}` or `{}` lines in any log of {}",
             PREFIX.trim_end(),
             crate::retarget::PREFIX.trim_end(),
+            crate::kbench::PREFIX.trim_end(),
+            crate::trapcost::PREFIX.trim_end(),
             dir.display()
         ));
     }
     let mut reports: Vec<ArchReport> = by_arch
         .into_iter()
-        .map(|(arch, (samples, sources, retarget, kbench))| {
+        .map(|(arch, (samples, sources, retarget, kbench, foreign))| {
             let mut r = analyse(&arch, samples, sources);
             if let Some(part) = retarget {
                 let mut done = crate::retarget::analyse(part.samples);
@@ -1138,6 +1182,15 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
                 let mut done = crate::kbench::analyse(part.samples);
                 done.problems = part.problems;
                 r.kbench = Some(done);
+            }
+            if let Some(part) = foreign {
+                let mut done = crate::trapcost::analyse(part.samples);
+                done.problems = part.problems;
+                // Without flips the CPUs come from these samples.
+                r.cpus = r
+                    .cpus
+                    .max(done.samples.iter().map(|s| s.cpus).max().unwrap_or(0));
+                r.foreign_traps = Some(done);
             }
             r
         })
@@ -1300,6 +1353,30 @@ mod tests {
         assert_eq!((one.lo, one.hi), (2.0, 2.0));
         assert_eq!(bootstrap_ratio_of_medians(&[], &b, 10, 1), None);
         assert_eq!(bootstrap_ratio_of_medians(&a, &[0.0], 10, 1), None);
+    }
+
+    #[test]
+    fn bootstrap_of_one_median_and_of_a_ratio_share_the_resampling() {
+        let v: Vec<f64> = [30, 28, 35, 31, 29, 40, 33, 27, 32, 30, 36, 31]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let ci = bootstrap_median(&v, RESAMPLES, 5).unwrap();
+        assert_eq!(bootstrap_median(&v, RESAMPLES, 5), Some(ci));
+        let m = median(&v).unwrap();
+        assert!(ci.lo <= m && m <= ci.hi && ci.lo < ci.hi, "{ci:?}");
+        assert!(ci.lo >= 27.0 && ci.hi <= 40.0, "{ci:?}");
+        let one = bootstrap_median(&[3.0; 4], 100, 1).unwrap();
+        assert_eq!((one.lo, one.hi), (3.0, 3.0));
+        assert_eq!(bootstrap_median(&[], 10, 1), None);
+        // The ratio's interval is the general one with the ratio as the statistic.
+        let b: Vec<f64> = v.iter().map(|x| x / 3.0 + 1.0).collect();
+        assert_eq!(
+            bootstrap_ratio_of_medians(&v, &b, RESAMPLES, 9),
+            bootstrap_medians(&[&v, &b], RESAMPLES, 9, |m| Some(m[0] / m[1]))
+        );
+        // No statistic from any resample: no interval.
+        assert_eq!(bootstrap_medians(&[&v], 10, 1, |_| None), None);
     }
 
     #[test]

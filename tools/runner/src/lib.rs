@@ -14,6 +14,7 @@ pub mod report;
 pub mod retarget;
 pub mod splat;
 pub mod suite;
+pub mod trapcost;
 pub mod trappath;
 
 /// Prefix of the lines the runner itself writes into a console log (the command line, QEMU's

@@ -695,3 +695,45 @@ fn a_directory_without_a_plan_fails() {
     let o = run(&["summary", s.0.join("nonexistent").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+#[test]
+fn bench_report_adds_the_foreign_traps_section() {
+    let s = Scratch::new("bench-foreign-traps");
+    let mut log = String::from(
+        "[    9.0] textpoke-bench: {\"arch\":\"x86_64\",\"cpus\":4,\"mode\":\"textpoke\",\
+         \"n\":16,\"round\":0,\"ns\":10,\"syncs\":0,\"records\":16,\"call_ipis\":4,\"stall_ns\":1}\n",
+    );
+    for round in 0..4u64 {
+        for (mode, per_hit) in [("textpoke_loaded", 12_000), ("no_textpoke", 10_000)] {
+            log.push_str(&format!(
+                "[   60.{round}] textpoke-trapcost: {{\"arch\":\"x86_64\",\"cpus\":4,\
+                 \"round\":{round},\"rounds\":4,\"mode\":\"{mode}\",\"n\":100,\
+                 \"probed_ns\":{},\"unprobed_ns\":400,\"hits\":100,\"post_hits\":100}}\n",
+                100 * (per_hit + round) + 400
+            ));
+        }
+    }
+    fs::write(s.0.join("x86_64-bench.log"), log).unwrap();
+    let o = run(&["bench-report", s.0.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("### Foreign traps: a kprobe hit with textpoke loaded and without"),
+        "{}",
+        text(&o)
+    );
+    // 12001.5 / 10001.5 per hit: well above the goal, and the interval says so.
+    assert!(
+        stdout.contains("| 1.20 (1.20–1.20) | ≤ 1.05 | not met |"),
+        "{}",
+        text(&o)
+    );
+    let json: Value =
+        serde_json::from_str(&fs::read_to_string(s.0.join("bench/bench-x86_64.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["foreign_traps"]["ratio"]["verdict"], "not_met");
+    assert_eq!(
+        json["foreign_traps"]["samples"].as_array().unwrap().len(),
+        8
+    );
+}
