@@ -73,7 +73,8 @@ echo "[intree $arch] building the kernel and its modules" >&2
 start=$(date +%s)
 kmake -j"$(nproc)" all
 mods=$work/src/$obj/drivers/misc/textpoke
-for ko in textpoke.ko samples/textpoke_exerciser.ko samples/textpoke_bench.ko samples/textpoke_outsider.ko; do
+for ko in textpoke.ko samples/textpoke_exerciser.ko samples/textpoke_bench.ko samples/textpoke_outsider.ko \
+	samples/textpoke_keys.ko samples/textpoke_trapcost.ko; do
 	[ -f "$mods/$ko" ] || { echo "tools/intree.sh: the in-tree build made no $ko" >&2; exit 1; }
 done
 echo "[intree $arch] built in $(($(date +%s) - start)) s: $(cd "$mods" && find . -name '*.ko' | sort | tr '\n' ' ')" >&2
