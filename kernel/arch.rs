@@ -14,7 +14,7 @@
 use crate::insn::{InsnBytes, InsnError, Op};
 use crate::plan;
 use crate::pt_regs::PtRegs;
-use crate::series::{Resolver, TextMutexGuard};
+use crate::series::{HoldsText, Resolver};
 use kernel::prelude::*;
 
 /// A site of textpoke's own text the load-time self-test guards and runs on one CPU, to prove
@@ -72,15 +72,11 @@ pub(crate) trait Arch {
     /// Resolves the arch's exports; `None` (with the names recorded in `r`) if any is missing.
     fn resolve(r: &mut Resolver) -> Option<Self::Series>;
     /// Writes `bytes` at `addr`, with whatever cache maintenance makes a later fetch see them.
-    fn write(series: &Self::Series, held: &TextMutexGuard<'_>, addr: u64, bytes: &[u8]) -> Result;
+    fn write(series: &Self::Series, held: &HoldsText, addr: u64, bytes: &[u8]) -> Result;
     /// Makes `writes` in order, each as [`Arch::write`] would, sharing between them what the
     /// arch lets them share (x86: the temporary mm, patch 0009; arm64: a page's mapping, patch
     /// 0010). On an error, some of them may have been made.
-    fn write_many(
-        series: &Self::Series,
-        held: &TextMutexGuard<'_>,
-        writes: &[TextWrite<'_>],
-    ) -> Result;
+    fn write_many(series: &Self::Series, held: &HoldsText, writes: &[TextWrite<'_>]) -> Result;
     /// Makes every online CPU execute a context-synchronizing event, and waits for all of them.
     fn sync_all();
     /// Makes the calling CPU refetch every instruction after this point (x86 `sync_core()`,

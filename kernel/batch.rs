@@ -25,7 +25,7 @@ use crate::kernel_text;
 use crate::module_text::{Module, ModuleRef};
 use crate::pending::PublishError;
 use crate::plan::{Change, Plan, Recovery, Repair, Step, Stranded};
-use crate::series::{KprobesGuard, TextMutexGuard};
+use crate::series::{Common, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -216,17 +216,22 @@ impl Batch {
             );
             return Err(EINVAL);
         }
-        self.commit_with(engine, false)
+        let common = &engine.series.common;
+        // In the order the kernel's pokers take them (see `ModuleLocks`).
+        let kprobes = common.lock_kprobes();
+        let locks = ModuleLocks {
+            text: None,
+            hotplug: HotplugGuard::new(),
+            kprobes: Some(kprobes),
+            common,
+        };
+        self.commit_with(engine, locks)
     }
 
     /// Commits a batch of the kernel's own changes ([`Batch::kernel`]) for a caller that holds
-    /// `text_mutex` throughout, as the kernel's jump label and ftrace paths do: the plan runs
-    /// under it, syncs included, as upstream's `text_poke_bp_batch()` does.
-    ///
-    /// # Safety
-    ///
-    /// The calling task must hold `text_mutex` for the whole call.
-    pub(crate) unsafe fn commit_kernel(&mut self, engine: &Engine) -> Result {
+    /// `text_mutex` throughout (`held`), as the kernel's jump label and ftrace paths do: the plan
+    /// runs under it, syncs included, as upstream's `text_poke_bp_batch()` does.
+    pub(crate) fn commit_kernel(&mut self, engine: &Engine, held: &TextHeld<'_>) -> Result {
         if !self.kernel {
             pr_err!(
                 "batch {}: a module's batch committed as a kernel one\n",
@@ -234,12 +239,12 @@ impl Batch {
             );
             return Err(EINVAL);
         }
-        self.commit_with(engine, true)
+        self.commit_with(engine, CallerHeld { held })
     }
 
-    /// Commits, with `text_mutex` taken and released as the plan needs it, or held by the
-    /// caller throughout (`caller_holds_text`, which [`Batch::commit_kernel`] vouches for).
-    fn commit_with(&mut self, engine: &Engine, caller_holds_text: bool) -> Result {
+    /// Commits, holding `text_mutex` as `text` says: taken and released as the plan needs it
+    /// (a module's batch) or held by the caller throughout (a kernel batch).
+    fn commit_with<A: TextAccess>(&mut self, engine: &Engine, text: A) -> Result {
         let id = self.id;
         if self.committed {
             pr_err!("batch {id}: refusing commit: already committed\n");
@@ -274,18 +279,6 @@ impl Batch {
                 }
             }
         }
-        // Keeps kprobes from arming a probe on a site between the check of its text and its
-        // guard (`Common::lock_kprobes`), until the guards are written. Taken first, as kprobes
-        // takes it before the hotplug lock and `text_mutex`. Not for a kernel batch: its sites
-        // are jump labels and ftrace's, which kprobes refuses, and its caller holds
-        // `text_mutex`, which this lock must precede.
-        let kprobes = (!caller_holds_text).then(|| engine.series.common.lock_kprobes());
-        // Keeps the CPU set stable for the syncs and the parked section; taken before
-        // `text_mutex`, as every in-kernel poker does. Not for a kernel batch, whose caller holds
-        // `text_mutex` already (taking the hotplug lock inside it would invert that order): its
-        // syncs need no stable CPU set (`on_each_cpu()`, as upstream's), and it has no parked
-        // changes (`patcher.rs` hands those back).
-        let _hotplug = (!caller_holds_text).then(HotplugGuard::new);
         let mut run = Run {
             engine,
             id,
@@ -293,15 +286,12 @@ impl Batch {
             stats: &mut self.stats,
             sites: KVec::from_elem(Stranded::default(), self.entries.len(), GFP_KERNEL)?,
             conflict: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
-            kprobes,
+            text,
             fail_write: if self.kernel {
                 None
             } else {
                 debug::failing_write()
             },
-            // SAFETY: `caller_holds_text` only when `commit_kernel`'s caller holds `text_mutex`
-            // for the whole call, which `run` does not outlive.
-            held: caller_holds_text.then(|| unsafe { engine.series.common.text_held_by_caller() }),
             parts: [0; Part::ALL.len()],
             queued: KVec::with_capacity(WRITE_RUN, GFP_KERNEL)?,
             queued_part: Part::Other,
@@ -402,8 +392,88 @@ impl Batch {
     }
 }
 
+/// How a commit holds `text_mutex`, and what else it holds.
+trait TextAccess {
+    /// Holds `text_mutex` from now until the next [`TextAccess::release`] or sync, and lends the
+    /// proof that it does.
+    fn hold(&mut self) -> &HoldsText;
+    /// Lets go of `text_mutex` where this commit took it itself; where the caller holds it, it
+    /// stays held.
+    fn release(&mut self);
+    /// Runs `f`, a sync, with `text_mutex` released where this commit took it (other batches
+    /// and the kernel's own pokers write meanwhile) and held throughout where the caller holds
+    /// it, as upstream's batches hold it across their syncs.
+    fn sync(&mut self, f: impl FnOnce());
+    /// For a parked section: `text_mutex`, held from now as [`TextAccess::hold`] holds it, and
+    /// the CPU-hotplug read lock `stop_machine_cpuslocked()` needs. Only a module's batch holds
+    /// that one; a kernel batch cannot take it inside its caller's `text_mutex`, and has no
+    /// parked changes (`patcher.rs` hands those back): `None`.
+    fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)>;
+}
+
+/// A module batch's locks, taken in the order the kernel's pokers take them and released in
+/// the reverse one (fields drop in declaration order).
+struct ModuleLocks<'a> {
+    /// `text_mutex`, for each run of writes and records, never across a sync.
+    text: Option<TextLock<'a>>,
+    /// The CPU-hotplug read lock, for the whole commit: a stable CPU set for the syncs and
+    /// the parked section.
+    hotplug: HotplugGuard,
+    /// kprobes' lock, from before the text check until the guards are written (the first
+    /// sync): no probe is armed on a site between the check and its guard
+    /// (`Common::lock_kprobes`).
+    kprobes: Option<KprobesGuard<'a>>,
+    common: &'a Common,
+}
+
+impl TextAccess for ModuleLocks<'_> {
+    fn hold(&mut self) -> &HoldsText {
+        let common = self.common;
+        self.text.get_or_insert_with(|| common.lock_text()).holds()
+    }
+
+    fn release(&mut self) {
+        self.text = None;
+    }
+
+    fn sync(&mut self, f: impl FnOnce()) {
+        self.text = None;
+        // Every guard is written by the first sync: kprobes sees them from here on, and
+        // refuses these sites.
+        self.kprobes = None;
+        f();
+    }
+
+    fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
+        let common = self.common;
+        let text = self.text.get_or_insert_with(|| common.lock_text());
+        Some((text.holds(), &self.hotplug))
+    }
+}
+
+/// A kernel batch's: `text_mutex` held by the kernel's caller for the whole commit.
+struct CallerHeld<'a> {
+    held: &'a TextHeld<'a>,
+}
+
+impl TextAccess for CallerHeld<'_> {
+    fn hold(&mut self) -> &HoldsText {
+        self.held.holds()
+    }
+
+    fn release(&mut self) {}
+
+    fn sync(&mut self, f: impl FnOnce()) {
+        f();
+    }
+
+    fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
+        None
+    }
+}
+
 /// One commit in progress: the batch's changes and what it has done so far.
-struct Run<'a> {
+struct Run<'a, A> {
     engine: &'a Engine,
     id: u64,
     entries: &'a [Entry],
@@ -414,15 +484,13 @@ struct Run<'a> {
     /// Per change, whether its site no longer held the guard when its head was due: another
     /// patcher wrote there, and the site is left as that patcher left it (`Run::check_guards`).
     conflict: KVec<bool>,
-    /// kprobes' lock, from before the text check until the guards are written (module batches).
-    kprobes: Option<KprobesGuard<'a>>,
+    /// How `text_mutex` is held, and the commit's other locks.
+    text: A,
     /// The write that fails on purpose (debug builds, [`debug::failing_write`]), counted from 1
     /// over the plan's writes; recovery's own writes never fail on purpose.
     fail_write: Option<u32>,
     /// Time per part of the plan so far (see [`Part`]).
     parts: Parts,
-    /// `text_mutex`, while this commit writes.
-    held: Option<TextMutexGuard<'a>>,
     /// Writes planned and not made yet, all of one step ([`Run::flush`] makes them).
     queued: KVec<TextWrite<'a>>,
     /// The part of the commit's time those writes count to.
@@ -431,13 +499,11 @@ struct Run<'a> {
     since_resched: u32,
 }
 
-impl<'a> Run<'a> {
+impl<'a, A: TextAccess> Run<'a, A> {
     /// Lets go of `text_mutex` if this commit took it; a kernel batch's caller holds it
     /// throughout, and then this does nothing.
     fn release_text(&mut self) {
-        if self.held.as_ref().is_some_and(TextMutexGuard::owned) {
-            self.held = None;
-        }
+        self.text.release();
     }
 
     /// Change `i`, or `EINVAL` with a log line: the plan only names changes of its batch.
@@ -527,12 +593,7 @@ impl<'a> Run<'a> {
                     Err(EINVAL)
                 }
                 Step::Sync => {
-                    // Never hold text_mutex across a sync: other batches and the kernel's own
-                    // pokers get to write while this one waits for the IPI round. The guards
-                    // are written: kprobes sees them from here on, and refuses these sites.
-                    self.release_text();
-                    self.kprobes = None;
-                    This::sync_all();
+                    self.text.sync(This::sync_all);
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
                 }
@@ -590,8 +651,7 @@ impl<'a> Run<'a> {
     /// leaves it to them.
     fn check_text(&mut self) -> Result {
         let start = clock::now();
-        let series = &self.engine.series;
-        self.held.get_or_insert_with(|| series.common.lock_text());
+        self.text.hold();
         let changed = self.entries.iter().find(|e| !holds(e.addr, &e.change.old));
         add_part(
             &mut self.parts,
@@ -618,8 +678,7 @@ impl<'a> Run<'a> {
     /// would.
     fn check_guards(&mut self) -> Result {
         let start = clock::now();
-        let series = &self.engine.series;
-        self.held.get_or_insert_with(|| series.common.lock_text());
+        self.text.hold();
         for (i, e) in self.entries.iter().enumerate() {
             if e.change.parked || e.change.old == e.change.new {
                 continue;
@@ -690,7 +749,7 @@ impl<'a> Run<'a> {
         let start = clock::now();
         self.yield_if_due();
         let series = &self.engine.series;
-        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        let held = self.text.hold();
         // A write failing on purpose (debug builds): the ones before it are made, as when the
         // arch's write fails part way.
         let failing = self.fail_write.and_then(|k| {
@@ -728,7 +787,7 @@ impl<'a> Run<'a> {
             return Err(EIO);
         }
         let series = &self.engine.series;
-        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        let held = self.text.hold();
         This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
         self.since_resched = self.since_resched.saturating_add(1);
@@ -754,8 +813,7 @@ impl<'a> Run<'a> {
     /// emits its own, so that the record stream is serialized with the kernel's own pokers.
     fn emit(&mut self, i: usize, what: Emit) -> Result {
         let e = self.entry(i)?;
-        let series = &self.engine.series;
-        self.held.get_or_insert_with(|| series.common.lock_text());
+        self.text.hold();
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
             // one CPU so the log names the right one.
@@ -791,19 +849,16 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        if self.held.as_ref().is_some_and(|h| !h.owned()) {
-            // `patcher.rs` hands parked changes back to the kernel: its caller holds
-            // `text_mutex` without the hotplug lock that `stop_machine_cpuslocked()` needs.
+        let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;
+        emitted.extend_with(steps.len(), (0u64, 0usize), GFP_KERNEL)?;
+        let series = &self.engine.series;
+        let Some((held, _hotplug)) = self.text.park() else {
             pr_err!(
                 "batch {}: a kernel batch planned a parked section\n",
                 self.id
             );
             return Err(EINVAL);
-        }
-        let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;
-        emitted.extend_with(steps.len(), (0u64, 0usize), GFP_KERNEL)?;
-        let series = &self.engine.series;
-        let held = self.held.get_or_insert_with(|| series.common.lock_text());
+        };
         let (ret, done, error) = {
             let section = Parked {
                 engine: self.engine,
@@ -819,7 +874,7 @@ impl<'a> Run<'a> {
             // SAFETY: `parked_section` matches `cpu_stop_fn_t` and upholds its contract for the
             // `Parked` it is given; `section` (and `emitted`, which covers `steps`) outlives the
             // call, which returns only once every CPU has left the callback; the commit holds the
-            // CPU-hotplug read lock (`Batch::commit`), as the function requires.
+            // CPU-hotplug read lock (`_hotplug`), as the function requires.
             let ret = unsafe {
                 (series.common.stop_machine_cpuslocked)(
                     Some(parked_section),
@@ -894,8 +949,7 @@ impl<'a> Run<'a> {
         for repair in Recovery::new(This::PLAN, entries, &sites) {
             let done = match repair {
                 Repair::Sync => {
-                    self.release_text();
-                    This::sync_all();
+                    self.text.sync(This::sync_all);
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
                 }
@@ -989,7 +1043,7 @@ struct Parked<'a> {
     entries: &'a [Entry],
     steps: &'a [Step],
     /// `text_mutex`, held by the committing task, which waits in `stop_machine` meanwhile.
-    held: &'a TextMutexGuard<'a>,
+    held: &'a HoldsText,
     /// Per step, when and where the master emitted its record.
     emitted: *mut (u64, usize),
     /// Online CPUs (stable: the hotplug lock is held).

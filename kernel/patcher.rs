@@ -30,7 +30,7 @@ use crate::engine::{self, Engine, Entry};
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::plan::Change;
-use crate::series::{Common, PatcherRegistration, TextMutexGuard, TextPatcherOps};
+use crate::series::{Common, PatcherRegistration, TextHeld, TextPatcherOps};
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use kernel::{ffi::c_void, prelude::*};
@@ -78,7 +78,7 @@ pub(crate) struct Queue {
 }
 
 // SAFETY: `state` is only reached through `Queue::with`, which needs `text_mutex` held
-// (`TextMutexGuard`), so one task at a time uses it; `Entry` is `Send`.
+// (`TextHeld`), so one task at a time uses it; `Entry` is `Send`.
 unsafe impl Send for Queue {}
 // SAFETY: As above.
 unsafe impl Sync for Queue {}
@@ -97,7 +97,7 @@ impl Queue {
     }
 
     /// Runs `f` on the queue; `_held` shows that the caller holds `text_mutex`.
-    fn with<R>(&self, _held: &TextMutexGuard<'_>, f: impl FnOnce(&mut State) -> R) -> R {
+    fn with<R>(&self, _held: &TextHeld<'_>, f: impl FnOnce(&mut State) -> R) -> R {
         // SAFETY: Every access goes through here with `text_mutex` held, so none overlaps
         // another; `f` cannot reach `with` again (it only gets the state).
         f(unsafe { &mut *self.state.get() })
@@ -137,7 +137,7 @@ fn change(addr: u64, new: &[u8]) -> Result<Entry, Declined> {
 /// same site is in the text by then, and the new entry must start from it. Read before, the
 /// entry would carry the instruction the earlier change replaced, and its batch would find
 /// the text changed behind its back.
-fn queue(engine: &Engine, held: &TextMutexGuard<'_>, addr: u64, new: &[u8]) -> bool {
+fn queue(engine: &Engine, held: &TextHeld<'_>, addr: u64, new: &[u8]) -> bool {
     let end = addr.saturating_add(new.len() as u64);
     let flush = engine.queue.with(held, |q| {
         q.entries.len() >= KERNEL_MAX_SITES
@@ -174,7 +174,7 @@ fn queue(engine: &Engine, held: &TextMutexGuard<'_>, addr: u64, new: &[u8]) -> b
 }
 
 /// Commits what is queued as one batch.
-fn commit(engine: &Engine, held: &TextMutexGuard<'_>) {
+fn commit(engine: &Engine, held: &TextHeld<'_>) {
     let (entries, declined, first) = engine.queue.with(held, |q| {
         q.top = 0;
         engine.stats.queued.store(0, Ordering::Relaxed);
@@ -202,8 +202,7 @@ fn commit(engine: &Engine, held: &TextMutexGuard<'_>) {
             return;
         }
     };
-    // SAFETY: `held` shows that the caller holds `text_mutex`, for all of this call.
-    if let Err(e) = unsafe { batch.commit_kernel(engine) } {
+    if let Err(e) = batch.commit_kernel(engine, held) {
         // Under `text_mutex` the text cannot change behind the batch's back, and the kernel's
         // batches have a pending-table slot of their own: an impossible state, said loudly.
         pr_err!("a kernel batch of {n} changes failed: {e:?}\n");

@@ -142,7 +142,7 @@ fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
     }
     let write = |bytes: &[u8]| {
         let held = engine.series.common.lock_text();
-        This::write(&engine.series.arch, &held, site, bytes).map_err(|_| "write failed")
+        This::write(&engine.series.arch, held.holds(), site, bytes).map_err(|_| "write failed")
     };
     let old_head = entry
         .change

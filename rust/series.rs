@@ -15,7 +15,8 @@ use kernel::{ffi::c_void, prelude::*, str::CStr};
 /// `perf_event_text_poke(addr, old, old_len, new, new_len)` (include/linux/perf_event.h).
 pub(crate) type PerfEventTextPoke =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
-/// `text_mutex_lock()` / `text_mutex_unlock()` (include/linux/memory.h, patch 0002).
+/// `text_mutex_lock()` / `text_mutex_unlock()` / `text_mutex_assert_held()`
+/// (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
 /// `stop_machine_cpuslocked(fn, data, cpus)` (include/linux/stop_machine.h, patch 0005).
 pub(crate) type StopMachineCpuslocked = unsafe extern "C" fn(
@@ -132,6 +133,7 @@ pub(crate) struct Common {
     kprobes_text_unlock: KprobesTextOp,
     text_mutex_lock: TextMutexOp,
     text_mutex_unlock: TextMutexOp,
+    text_mutex_assert_held: TextMutexOp,
     register_text_poke_trap: RegisterTrap,
     unregister_text_poke_trap: UnregisterTrap,
     register_text_patcher: RegisterPatcher,
@@ -149,6 +151,7 @@ impl Common {
         let kprobes_text_unlock = resolve!(r, "kprobes_text_unlock", KprobesTextOp);
         let text_mutex_lock = resolve!(r, "text_mutex_lock", TextMutexOp);
         let text_mutex_unlock = resolve!(r, "text_mutex_unlock", TextMutexOp);
+        let text_mutex_assert_held = resolve!(r, "text_mutex_assert_held", TextMutexOp);
         let register_trap = resolve!(r, "register_text_poke_trap", RegisterTrap);
         let unregister_trap = resolve!(r, "unregister_text_poke_trap", UnregisterTrap);
         let register_patcher = resolve!(r, "register_text_patcher", RegisterPatcher);
@@ -161,6 +164,7 @@ impl Common {
             kprobes_text_unlock: kprobes_text_unlock?,
             text_mutex_lock: text_mutex_lock?,
             text_mutex_unlock: text_mutex_unlock?,
+            text_mutex_assert_held: text_mutex_assert_held?,
             register_text_poke_trap: register_trap?,
             unregister_text_poke_trap: unregister_trap?,
             register_text_patcher: register_patcher?,
@@ -204,28 +208,28 @@ impl Common {
     }
 
     /// Takes `text_mutex`, serializing with every in-kernel text poker until the guard drops.
-    pub(crate) fn lock_text(&self) -> TextMutexGuard<'_> {
+    pub(crate) fn lock_text(&self) -> TextLock<'_> {
         // SAFETY: Called from process context (the engine only patches from process context);
         // the guard below unlocks exactly once.
         unsafe { (self.text_mutex_lock)() };
-        TextMutexGuard {
+        TextLock {
             common: self,
-            owned: true,
-            _not_send: core::marker::PhantomData,
+            proof: HoldsText(core::marker::PhantomData),
         }
     }
 
-    /// Stands for `text_mutex` held by the caller of a kernel patcher request, who keeps it
-    /// for the whole call: the guard releases nothing when dropped.
+    /// Stands for `text_mutex` held by the caller of a kernel patcher request, who keeps it for
+    /// the whole call; lockdep checks that it is (`text_mutex_assert_held()`).
     ///
     /// # Safety
     ///
-    /// The calling task must hold `text_mutex` for as long as the guard exists.
-    pub(crate) unsafe fn text_held_by_caller(&self) -> TextMutexGuard<'_> {
-        TextMutexGuard {
-            common: self,
-            owned: false,
-            _not_send: core::marker::PhantomData,
+    /// The calling task must hold `text_mutex` for as long as the proof exists.
+    pub(crate) unsafe fn text_held_by_caller(&self) -> TextHeld<'_> {
+        // SAFETY: Process context, as every text patcher callback is; it only asserts.
+        unsafe { (self.text_mutex_assert_held)() };
+        TextHeld {
+            _common: self,
+            proof: HoldsText(core::marker::PhantomData),
         }
     }
 
@@ -314,29 +318,41 @@ impl Drop for KprobesGuard<'_> {
     }
 }
 
-/// Holds `text_mutex`; releases it when dropped, on the task that took it, unless the caller
-/// of a kernel patcher request holds it ([`Common::text_held_by_caller`]).
-pub(crate) struct TextMutexGuard<'a> {
+/// That this task holds `text_mutex`: what every text write demands. Only a [`TextLock`] or a
+/// [`TextHeld`] lends one, for as long as it exists.
+pub(crate) struct HoldsText(core::marker::PhantomData<*mut ()>);
+
+/// `text_mutex`, taken by this task ([`Common::lock_text`]); released when dropped.
+pub(crate) struct TextLock<'a> {
     common: &'a Common,
-    /// Whether this guard took the mutex, and so releases it.
-    owned: bool,
-    /// A mutex is released by the task that holds it: the guard must not move to another.
-    _not_send: core::marker::PhantomData<*mut ()>,
+    /// Not `Send` (a mutex is released by the task that holds it), as the proof is not.
+    proof: HoldsText,
 }
 
-impl TextMutexGuard<'_> {
-    /// Whether this guard took `text_mutex` itself (false: the caller holds it throughout).
-    pub(crate) fn owned(&self) -> bool {
-        self.owned
+impl TextLock<'_> {
+    /// The proof that `text_mutex` is held, for as long as this guard holds it.
+    pub(crate) fn holds(&self) -> &HoldsText {
+        &self.proof
     }
 }
 
-impl Drop for TextMutexGuard<'_> {
+impl Drop for TextLock<'_> {
     fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: An owned guard exists only while this task holds `text_mutex` (see
-            // `lock_text`).
-            unsafe { (self.common.text_mutex_unlock)() };
-        }
+        // SAFETY: A `TextLock` exists only while this task holds `text_mutex` (see `lock_text`).
+        unsafe { (self.common.text_mutex_unlock)() };
+    }
+}
+
+/// `text_mutex`, held by the caller of a kernel patcher request for as long as this exists
+/// ([`Common::text_held_by_caller`]); released by nobody here.
+pub(crate) struct TextHeld<'a> {
+    _common: &'a Common,
+    proof: HoldsText,
+}
+
+impl TextHeld<'_> {
+    /// The proof that `text_mutex` is held, for as long as the caller holds it.
+    pub(crate) fn holds(&self) -> &HoldsText {
+        &self.proof
     }
 }

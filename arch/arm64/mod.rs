@@ -14,7 +14,7 @@ mod text;
 use crate::arch::{Arch, ArchCase, TextWrite, TrapSite};
 use crate::insn::{InsnBytes, InsnError, Op};
 use crate::pt_regs::PtRegs;
-use crate::series::{Resolver, TextMutexGuard};
+use crate::series::{HoldsText, Resolver};
 use insn::{Insn, Kind, Listed};
 use kernel::prelude::*;
 
@@ -108,20 +108,11 @@ impl Arch for This {
         series::Series::resolve(r)
     }
 
-    fn write(
-        series: &series::Series,
-        held: &TextMutexGuard<'_>,
-        addr: u64,
-        bytes: &[u8],
-    ) -> Result {
+    fn write(series: &series::Series, held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
         text::write(series, held, addr, bytes)
     }
 
-    fn write_many(
-        series: &series::Series,
-        held: &TextMutexGuard<'_>,
-        writes: &[TextWrite<'_>],
-    ) -> Result {
+    fn write_many(series: &series::Series, held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
         text::write_many(series, held, writes)
     }
 

@@ -4,7 +4,7 @@
 
 use super::series::Series;
 use crate::arch::TextWrite;
-use crate::series::TextMutexGuard;
+use crate::series::HoldsText;
 use kernel::{
     bindings,
     ffi::{c_int, c_void},
@@ -19,12 +19,7 @@ use kernel::{
 /// `DSB ISH`, `ISB`) follows on the executable address. Other CPUs still need a context
 /// synchronization event: that is [`sync_all`]. `text_mutex` is held to keep kprobes, which
 /// arms probes under it, away from the site in between.
-pub(super) fn write(
-    series: &Series,
-    _held: &TextMutexGuard<'_>,
-    addr: u64,
-    bytes: &[u8],
-) -> Result {
+pub(super) fn write(series: &Series, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
     let word: [u8; 4] = bytes.try_into().map_err(|_| EINVAL)?;
     // SAFETY: `addr` is a registered, 4-byte aligned site inside a live module's text (validated
     // at registration, pinned by the batch).
@@ -44,11 +39,7 @@ const WRITES_PER_CALL: usize = 64;
 /// Makes `writes` in order with `aarch64_insn_write_many()` (patch 0010), which maps a page
 /// once for consecutive instructions in it: one broadcast TLB invalidation per page rather than
 /// per instruction. Then the same cache maintenance as [`write`], on each.
-pub(super) fn write_many(
-    series: &Series,
-    _held: &TextMutexGuard<'_>,
-    writes: &[TextWrite<'_>],
-) -> Result {
+pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
     let mut addrs = [core::ptr::null_mut::<c_void>(); WRITES_PER_CALL];
     let mut insns = [0u32; WRITES_PER_CALL];
     for chunk in writes.chunks(WRITES_PER_CALL) {

@@ -5,7 +5,7 @@
 use super::series::{Series, TextPokeWrite};
 use crate::arch::TextWrite;
 use crate::cpu;
-use crate::series::TextMutexGuard;
+use crate::series::HoldsText;
 use kernel::{
     ffi::{c_uint, c_void},
     prelude::*,
@@ -15,12 +15,7 @@ use kernel::{
 ///
 /// Holding `text_mutex` (the guard) is what `text_poke()` asserts, and serializes with every
 /// in-kernel poker. x86 writes cannot fail once the site is validated module text.
-pub(super) fn write(
-    series: &Series,
-    _held: &TextMutexGuard<'_>,
-    addr: u64,
-    bytes: &[u8],
-) -> Result {
+pub(super) fn write(series: &Series, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
     // SAFETY: `addr` is a registered site (inside a live module's text, validated at
     // registration, pinned by the batch), `bytes` is valid for `len` bytes, and `text_mutex`
     // is held as `text_poke()` requires.
@@ -40,11 +35,7 @@ const WRITES_PER_CALL: usize = 32;
 /// Makes `writes` in order with `text_poke_many()` (patch 0009), which switches to the
 /// temporary mm once per 16 writes rather than once per write, and maps a page once for
 /// consecutive writes to it. The same rules as [`write`] for each.
-pub(super) fn write_many(
-    series: &Series,
-    _held: &TextMutexGuard<'_>,
-    writes: &[TextWrite<'_>],
-) -> Result {
+pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
     let mut c = [TextPokeWrite {
         addr: core::ptr::null_mut(),
         opcode: core::ptr::null(),
