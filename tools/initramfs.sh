@@ -15,6 +15,12 @@
 #   /lib/textpoke/*.ko     with --kernel-tree, the kernel's own modules the suite loads
 #                          (KERNEL_KOS: its static-key selftest, run while textpoke is the
 #                          kernel's patcher), from the tree that kernel was built in
+#   /lib/modules/<release> with --kernel-tree, every module of that kernel, installed with its
+#                          modules.dep so that modprobe finds them (ftracetest's sample
+#                          modules, kprobes' KUnit suite)
+#   /usr/share/kselftest/ftrace
+#                          with --kernel-tree, ftracetest and its test cases from that kernel's
+#                          source (tools/testing/selftests/ftrace)
 #   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
 #                          tools/perf-bundle.sh (left out with --no-perf)
 #   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
@@ -162,6 +168,20 @@ for rel in ${kernel_tree:+"${KERNEL_KOS[@]}"}; do
 	install -m 0644 "$ko" "$stage/lib/textpoke/$name"
 done
 [ "$nko" -gt 0 ] || log "warning: no .ko files under $moddir"
+if [ -n "$kernel_tree" ]; then
+	# The compiler the kernel was built with (tools/kernel.sh), for the strip.
+	llvm=$(cat "$kernel_tree/.textpoke-llvm" 2>/dev/null || echo 1)
+	karch=$([ "$arch" = x86_64 ] && echo x86_64 || echo arm64)
+	make -s -C "$kernel_tree" ARCH="$karch" LLVM="$llvm" INSTALL_MOD_PATH="$stage" \
+		INSTALL_MOD_STRIP=1 modules_install >&2 ||
+		die "installing the modules of $kernel_tree failed"
+	# The links back into the build tree mean nothing in the guest.
+	rm -f "$stage"/lib/modules/*/build "$stage"/lib/modules/*/source
+	selftests=$kernel_tree/source/tools/testing/selftests
+	[ -x "$selftests/ftrace/ftracetest" ] || die "no ftracetest under $selftests"
+	mkdir -p "$stage/usr/share/kselftest"
+	cp -r "$selftests/ftrace" "$stage/usr/share/kselftest/ftrace"
+fi
 if [ -n "$debug_ko" ]; then
 	[ -f "$debug_ko" ] || die "debug textpoke $debug_ko does not exist"
 	[ "$(elf_machine "$debug_ko")" = "$machine" ] || die "$debug_ko is not an $arch module"

@@ -30,7 +30,7 @@ const TRACING: &str = "/sys/kernel/debug/tracing";
 const SCHEDSTATS: &str = "/proc/sys/kernel/sched_schedstats";
 
 /// The kernel image's text, `[_stext, _etext)`, from `/proc/kallsyms`.
-fn kernel_text() -> Result<(u64, usize), String> {
+pub(crate) fn kernel_text() -> Result<(u64, usize), String> {
     let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
     let find = |name: &str| {
         syms.lines()

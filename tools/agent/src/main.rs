@@ -32,6 +32,7 @@ mod bench;
 mod controls;
 mod kbench;
 mod kernel_patching;
+mod kselftest;
 mod observed;
 mod outsider;
 mod retarget;
@@ -202,6 +203,10 @@ const SCENARIOS: &[(&str, &str)] = &[
 
 fn test_suite(ktap: &mut Ktap) {
     let mut cases = Vec::new();
+    // The kernel's own suites on the stock path first, before textpoke is ever loaded
+    // (`textpoke.kselftest=1`: the boots the runner plans them for).
+    let kernel_suites =
+        (sys::cmdline_param("textpoke.kselftest").as_deref() == Some("1")).then(kselftest::stock);
     let (loaded, selftest) = load_textpoke("");
     cases.push(Case::check(
         "load_textpoke",
@@ -225,6 +230,9 @@ fn test_suite(ktap: &mut Ktap) {
             cases.extend(real_perf_cases(SCENARIOS[0].1, &sites, &kcore));
             cases.push(badinput::cases(&sites, &kcore));
             cases.push(outsider::cases(&sites, &kcore));
+            if let Some(stock) = &kernel_suites {
+                cases.push(kselftest::with_textpoke(stock, &kcore));
+            }
             cases.push(kernel_patching::cases(&kcore));
             if sys::cmdline_param("textpoke.controls").as_deref() != Some("0") {
                 cases.push(controls::cases(&kcore));

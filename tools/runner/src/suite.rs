@@ -361,8 +361,10 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                     "test",
                     "textpoke_agent",
                 );
-                // One log per arch goes through the kernel's own KTAP parser too.
+                // One log per arch goes through the kernel's own KTAP parser too, and the
+                // kernel's own test suites run once per arch, with and without textpoke.
                 smp2.kunit_check = true;
+                smp2.append.push_str(" textpoke.kselftest=1");
                 boots.push(smp2);
                 boots.push(guest(
                     arch,

@@ -1,0 +1,405 @@
+//! The kernel's own test suites, with textpoke as the kernel's patcher and without it.
+//!
+//! textpoke takes over every jump-label and ftrace change while it is loaded (patch 0008), so the
+//! kernel maintainers' suites for those patchers must pass with it as they pass without it. Each
+//! suite runs twice in the same boot, first on the stock path (textpoke not loaded), then with
+//! textpoke loaded, its records collected and the kernel text read before and after:
+//!
+//! - ftracetest (tools/testing/selftests/ftrace of the same source, packed by
+//!   tools/initramfs.sh), the directories chosen by [`FTRACE_DIRS`];
+//! - kprobes' KUnit suite (`CONFIG_KPROBES_SANITY_TEST=m`), whose KTAP the module prints as it
+//!   loads.
+//!
+//! Every case of either run becomes one KTAP case here: it fails only when it passed on the stock
+//! path and did not with textpoke. A case that fails or is unsupported both ways is no finding of
+//! textpoke's; it passes with its outcome in its log line, and docs/results.md lists those as
+//! the guest kernel's limitations. With textpoke, the records emitted during the run, replayed
+//! in time order onto the kernel text read before it, must give the text read after it, byte
+//! for byte.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use textpoke_agent::checks;
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::perf::{Recorder, RecorderConfig};
+use textpoke_agent::sys;
+
+use crate::log;
+
+/// Where tools/initramfs.sh packs ftracetest.
+const FTRACETEST: &str = "/usr/share/kselftest/ftrace";
+
+/// The ftracetest directories run: those whose cases make the kernel patch its text (the
+/// function and graph tracers with their filters and instances, ftrace direct calls, the
+/// latency tracers, and kprobe events, whose probes share x86's breakpoint with textpoke's
+/// guards); `textpoke.kselftest_dirs=a,b` on the kernel command line picks others.
+pub const FTRACE_DIRS: &[&str] = &["ftrace", "instances", "tracer", "direct", "kprobe"];
+
+/// How long one ftracetest run may take before it counts as hung.
+const FTRACETEST_LIMIT: Duration = Duration::from_secs(1200);
+
+/// One case's outcome, as ftracetest's KTAP says it (`ok`, `not ok`, and its directives).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Passed (or an expected failure, `XFAIL`).
+    Pass,
+    /// Failed.
+    Fail,
+    /// Could not run here: a missing kernel feature or tool (`SKIP`).
+    Unsupported,
+    /// Neither passed nor failed (`UNRESOLVED`, an error of the test itself).
+    Unresolved,
+}
+
+/// Parses ftracetest's KTAP output (`-K`): `(description, outcome)` per case, in order.
+pub fn parse_ftracetest(out: &str) -> Vec<(String, Outcome)> {
+    out.lines()
+        .filter_map(|l| {
+            let (ok, rest) = if let Some(r) = l.strip_prefix("not ok ") {
+                (false, r)
+            } else {
+                (true, l.strip_prefix("ok ")?)
+            };
+            let (_, rest) = rest.split_once(' ')?;
+            let (name, directive) = match rest.split_once(" # ") {
+                Some((n, d)) => (n, d.trim()),
+                None => (rest, ""),
+            };
+            let outcome = match (ok, directive.split_whitespace().next().unwrap_or("")) {
+                (true, "SKIP") => Outcome::Unsupported,
+                (true, _) => Outcome::Pass,
+                (false, "UNRESOLVED") => Outcome::Unresolved,
+                (false, _) => Outcome::Fail,
+            };
+            Some((name.trim().to_owned(), outcome))
+        })
+        .collect()
+}
+
+/// Parses KUnit's KTAP, as the kernel log has it (indented subtests): the results of the
+/// suite `suite`'s tests, `(name, outcome)`.
+pub fn parse_kunit(lines: &[String], suite: &str) -> Vec<(String, Outcome)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for l in lines {
+        let t = l.trim();
+        if t == format!("# Subtest: {suite}") {
+            inside = true;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        // The suite's own result line ends it.
+        if (t.starts_with("ok ") || t.starts_with("not ok ")) && t.ends_with(suite) {
+            break;
+        }
+        let (ok, rest) = if let Some(r) = t.strip_prefix("not ok ") {
+            (false, r)
+        } else if let Some(r) = t.strip_prefix("ok ") {
+            (true, r)
+        } else {
+            continue;
+        };
+        let Some((_, rest)) = rest.split_once(' ') else {
+            continue;
+        };
+        let (name, directive) = match rest.split_once(" # ") {
+            Some((n, d)) => (n, d),
+            None => (rest, ""),
+        };
+        let outcome = match (ok, directive.trim().starts_with("SKIP")) {
+            (true, true) => Outcome::Unsupported,
+            (true, false) => Outcome::Pass,
+            (false, _) => Outcome::Fail,
+        };
+        out.push((name.trim().to_owned(), outcome));
+    }
+    out
+}
+
+/// The ftracetest case files of `dirs`, sorted.
+fn ftrace_cases(dirs: &[String]) -> Result<Vec<String>, String> {
+    let mut cases = Vec::new();
+    for d in dirs {
+        let dir = Path::new(FTRACETEST).join("test.d").join(d);
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for e in entries {
+            let p = e.map_err(|e| e.to_string())?.path();
+            if p.extension().is_some_and(|x| x == "tc") {
+                cases.push(p.to_string_lossy().into_owned());
+            }
+        }
+    }
+    cases.sort();
+    Ok(cases)
+}
+
+/// Runs ftracetest on `cases`; its KTAP, parsed.
+fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
+    let logdir = "/tmp/ftracetest-logs";
+    let _ = std::fs::remove_dir_all(logdir);
+    let mut child = Command::new("/bin/sh")
+        .current_dir(FTRACETEST)
+        .arg("./ftracetest")
+        .args(["-K", "-l", logdir])
+        .args(cases)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting ftracetest: {e}"))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(_) => break,
+            None if start.elapsed() > FTRACETEST_LIMIT => {
+                let _ = child.kill();
+                return Err(format!("ftracetest ran longer than {FTRACETEST_LIMIT:?}"));
+            }
+            None => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let results = parse_ftracetest(&text);
+    if results.len() != cases.len() {
+        return Err(format!(
+            "ftracetest reported {} results for {} cases",
+            results.len(),
+            cases.len()
+        ));
+    }
+    Ok(results)
+}
+
+/// Loads kprobes' KUnit suite and returns its results.
+fn run_kunit_kprobes() -> Result<Vec<(String, Outcome)>, String> {
+    let cursor = sys::dmesg_cursor().map_err(|e| e.to_string())?;
+    let loaded = Command::new("/bin/modprobe")
+        .arg("test_kprobes")
+        .status()
+        .map_err(|e| format!("modprobe: {e}"))?;
+    let lines = sys::dmesg_since(cursor)
+        .map(|(l, _)| l)
+        .map_err(|e| e.to_string())?;
+    let _ = Command::new("/bin/modprobe")
+        .args(["-r", "test_kprobes"])
+        .status();
+    if !loaded.success() {
+        return Err(format!("modprobe test_kprobes: {loaded}"));
+    }
+    let results = parse_kunit(&lines, "kprobes_test");
+    if results.is_empty() {
+        return Err("no kprobes_test results in the kernel log".into());
+    }
+    Ok(results)
+}
+
+/// Both suites' results, keyed `suite/case`.
+fn run_suites(dirs: &[String]) -> BTreeMap<String, Result<Outcome, String>> {
+    let mut out = BTreeMap::new();
+    match ftrace_cases(dirs).and_then(|c| run_ftracetest(&c)) {
+        Ok(r) => out.extend(
+            r.into_iter()
+                .map(|(n, o)| (format!("ftracetest/{n}"), Ok(o))),
+        ),
+        Err(e) => {
+            out.insert("ftracetest".to_owned(), Err(e));
+        }
+    }
+    match run_kunit_kprobes() {
+        Ok(r) => out.extend(
+            r.into_iter()
+                .map(|(n, o)| (format!("kprobes_kunit/{n}"), Ok(o))),
+        ),
+        Err(e) => {
+            out.insert("kprobes_kunit".to_owned(), Err(e));
+        }
+    }
+    out
+}
+
+/// The case of one suite case, judged from its stock and its textpoke outcome.
+pub fn judge(
+    name: &str,
+    stock: Option<&Result<Outcome, String>>,
+    with: Option<&Result<Outcome, String>>,
+) -> Case {
+    let case_name = format!(
+        "kernel_suite_{}",
+        name.replace(['/', ' ', '-', ':', '.'], "_")
+    );
+    match (stock, with) {
+        (_, Some(Ok(Outcome::Pass))) => Case::pass(case_name)
+            .with_log(format!("{name}: passes with textpoke (stock: {stock:?})")),
+        (Some(Ok(Outcome::Pass)), w) => Case::fail(
+            case_name,
+            format!("{name} passes on the stock path and not with textpoke: {w:?}"),
+        ),
+        (s, w) => Case::pass(case_name).with_log(format!(
+            "{name} does not pass on this guest kernel either way (stock: {s:?}, textpoke: {w:?})"
+        )),
+    }
+}
+
+/// The directories of ftracetest to run.
+fn dirs() -> Vec<String> {
+    match sys::cmdline_param("textpoke.kselftest_dirs") {
+        Some(list) => list.split(',').map(str::to_owned).collect(),
+        None => FTRACE_DIRS.iter().map(|d| (*d).to_owned()).collect(),
+    }
+}
+
+/// The stock run: textpoke must not be loaded. Returns the results to compare with.
+pub fn stock() -> BTreeMap<String, Result<Outcome, String>> {
+    log("kernel suites: the stock path");
+    let start = Instant::now();
+    let r = run_suites(&dirs());
+    log(&format!(
+        "kernel suites: stock run took {:.0} s",
+        start.elapsed().as_secs_f64()
+    ));
+    r
+}
+
+/// The run with textpoke loaded as the kernel's patcher, judged against `stock`.
+pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &Kcore) -> Case {
+    log("kernel suites: with textpoke");
+    let start = Instant::now();
+    let text = match crate::kernel_patching::kernel_text() {
+        Ok(t) => t,
+        Err(e) => return Case::fail("kernel_suites", e),
+    };
+    let counters = crate::kernel_patching::counters();
+    let mut rec = match Recorder::open(&RecorderConfig { data_pages: 2048 }) {
+        Ok(r) => r,
+        Err(e) => return Case::fail("kernel_suites", format!("perf recorder: {e}")),
+    };
+    let before = kcore.read(text.0, text.1);
+    let results = run_suites(&dirs());
+    let drain = rec.drain();
+    let after = kcore.read(text.0, text.1);
+    let moved =
+        crate::kernel_patching::counters_moved(&counters, &crate::kernel_patching::counters());
+    log(&format!(
+        "kernel suites: with textpoke took {:.0} s",
+        start.elapsed().as_secs_f64()
+    ));
+    let mut children: Vec<Case> = stock
+        .keys()
+        .chain(results.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|name| judge(name, stock.get(name), results.get(name)))
+        .collect();
+    // The records against the text itself.
+    let delta = |k: &str| moved.get(k).copied().unwrap_or(0);
+    let replay = (|| -> Result<String, String> {
+        if !drain.is_clean() {
+            return Err(format!(
+                "perf may have lost records ({} lost)",
+                drain.lost_records
+            ));
+        }
+        let (mut before, after) = (
+            before.map_err(|e| format!("kcore before: {e}"))?,
+            after.map_err(|e| format!("kcore after: {e}"))?,
+        );
+        let end = text.0.saturating_add(text.1 as u64);
+        let pokes: Vec<_> = drain
+            .pokes
+            .iter()
+            .filter(|p| p.addr >= text.0 && p.addr < end)
+            .cloned()
+            .collect();
+        if !crate::is_x86() {
+            crate::kernel_patching::copy_ftrace_literals(&mut before, &after);
+        }
+        let n = checks::replay(text.0, &before, &after, &pokes)?;
+        Ok(format!(
+            "{} records in the kernel text replayed onto kcore before the suites give kcore after \
+             ({n} changes); textpoke: {} changes in {} batches, {} records, {} traps, {} handed back",
+            pokes.len(),
+            delta("kernel.sites"),
+            delta("kernel.batches"),
+            delta("kernel.records"),
+            delta("kernel.traps"),
+            delta("kernel.declined"),
+        ))
+    })();
+    children.push(match replay {
+        Ok(l) => Case::pass("kernel_suites_records_replay_onto_kcore").with_log(l),
+        Err(e) => Case::fail("kernel_suites_records_replay_onto_kcore", e),
+    });
+    Case::group("kernel_suites", children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ftracetest_ktap_is_parsed_per_case() {
+        let out = "TAP version 13\n1..4\nok 1 Basic trace file check\n\
+                   not ok 2 ftrace - function graph filters\n\
+                   ok 3 Kprobe dynamic event - adding and removing # SKIP\n\
+                   not ok 4 Test wakeup tracer # UNRESOLVED\n# Totals: pass:1\n";
+        assert_eq!(
+            parse_ftracetest(out),
+            [
+                ("Basic trace file check".to_owned(), Outcome::Pass),
+                ("ftrace - function graph filters".to_owned(), Outcome::Fail),
+                (
+                    "Kprobe dynamic event - adding and removing".to_owned(),
+                    Outcome::Unsupported
+                ),
+                ("Test wakeup tracer".to_owned(), Outcome::Unresolved),
+            ]
+        );
+    }
+
+    #[test]
+    fn kunit_results_are_those_of_the_suite() {
+        let lines: Vec<String> = [
+            "KTAP version 1",
+            "1..1",
+            "    KTAP version 1",
+            "    # Subtest: kprobes_test",
+            "    1..3",
+            "    ok 1 test_kprobe",
+            "    not ok 2 test_kprobes",
+            "    ok 3 test_kretprobe # SKIP not supported",
+            "# kprobes_test: pass:1 fail:1 skip:1 total:3",
+            "not ok 1 kprobes_test",
+            "ok 1 unrelated",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(
+            parse_kunit(&lines, "kprobes_test"),
+            [
+                ("test_kprobe".to_owned(), Outcome::Pass),
+                ("test_kprobes".to_owned(), Outcome::Fail),
+                ("test_kretprobe".to_owned(), Outcome::Unsupported),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_case_fails_only_when_it_passed_stock_and_not_with_textpoke() {
+        let pass = Ok(Outcome::Pass);
+        let fail = Ok(Outcome::Fail);
+        let unsupported = Ok(Outcome::Unsupported);
+        assert!(judge("a", Some(&pass), Some(&pass)).passed());
+        assert!(!judge("a", Some(&pass), Some(&fail)).passed());
+        assert!(!judge("a", Some(&pass), None).passed());
+        assert!(judge("a", Some(&fail), Some(&fail)).passed());
+        assert!(judge("a", Some(&unsupported), Some(&unsupported)).passed());
+        assert!(judge("a", Some(&fail), Some(&pass)).passed());
+        assert!(!judge("a", Some(&pass), Some(&Err("hung".into()))).passed());
+    }
+}
