@@ -55,11 +55,13 @@
 //!    execute the old instruction of any site: its instruction stream either shows the guard
 //!    (and it traps) or, later, the new instruction. This is what makes the record's timestamp
 //!    meaningful.
-//! 3. x86 only: [`Step::WriteTail`], the new instruction's bytes after the first. No CPU decodes
-//!    them: byte 0 is `INT3` everywhere since the sync.
+//! 3. x86 only: [`Step::WriteTail`] for every site, the new instruction's bytes after the first.
+//!    No CPU decodes them: byte 0 is `INT3` everywhere since the sync. They come one after the
+//!    other, so the arch writes them together (one temporary-mm session per 16 on x86).
 //! 4. [`Step::Emit`]: one `PERF_RECORD_TEXT_POKE` per site, old and new instruction. Before its
 //!    timestamp a CPU executed the old instruction or trapped; after it, the new one or trapped;
-//!    trapped executions behave as the new instruction.
+//!    trapped executions behave as the new instruction. (No CPU decodes a tail, so whether a
+//!    site's tail was written before or after another site's record changes nothing.)
 //! 5. x86 only, if any tail was written: [`Step::Sync`], so no CPU can see the new first byte
 //!    with a stale tail.
 //! 6. [`Step::WriteHead`]: the new first byte over the guard (x86), or the whole new instruction
@@ -219,7 +221,8 @@ enum Phase {
     AfterRecords,
     Guards,
     GuardSync,
-    TailsAndRecords,
+    Tails,
+    Records,
     TailSync,
     Heads,
     HeadSync,
@@ -239,8 +242,7 @@ pub struct Plan<'a, C = Change> {
     phase: Phase,
     /// Next change to consider in the current phase.
     next: usize,
-    /// In `TailsAndRecords` (x86), `Parked` and `Unguarded`, whether the current change's record
-    /// is still due.
+    /// In `Parked` and `Unguarded`, whether the current change's record is still due.
     record_due: bool,
     /// In `Announced`, whether the current change's write is still due (its BEFORE went out).
     write_due: bool,
@@ -409,32 +411,28 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
                             return Some(Step::Emit(i));
                         }
                     }
-                    self.enter(Phase::TailsAndRecords);
+                    self.enter(Phase::Tails);
                     if self.wrote_guard {
                         return Some(Step::Sync);
                     }
                 }
-                Phase::TailsAndRecords => {
-                    if self.record_due {
-                        // `next` already moved past the change whose tail was just written.
-                        self.record_due = false;
-                        return Some(Step::Emit(self.next.saturating_sub(1)));
-                    }
-                    match self.next_change() {
-                        Some((i, change)) => {
-                            let record = self.protocol != Protocol::RecordBeforeGuardSync;
-                            if self.arch == Arch::X86 && Self::tail_changes(change) {
-                                self.wrote_tail = true;
-                                self.record_due = record;
-                                return Some(Step::WriteTail(i));
-                            }
-                            if record {
-                                return Some(Step::Emit(i));
-                            }
+                Phase::Tails => match self.next_change() {
+                    Some((i, change)) => {
+                        if self.arch == Arch::X86 && Self::tail_changes(change) {
+                            self.wrote_tail = true;
+                            return Some(Step::WriteTail(i));
                         }
-                        None => self.enter(Phase::TailSync),
                     }
-                }
+                    None => self.enter(if self.protocol == Protocol::RecordBeforeGuardSync {
+                        Phase::TailSync
+                    } else {
+                        Phase::Records
+                    }),
+                },
+                Phase::Records => match self.next_change() {
+                    Some((i, _)) => return Some(Step::Emit(i)),
+                    None => self.enter(Phase::TailSync),
+                },
                 Phase::TailSync => {
                     self.enter(Phase::Heads);
                     if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {
