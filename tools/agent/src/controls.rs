@@ -14,6 +14,7 @@ use textpoke_agent::ktap::Case;
 use textpoke_agent::sys;
 use textpoke_core::refusal;
 
+use crate::kernel_patching;
 use crate::outsider;
 use crate::scenario::{self, region, Evidence};
 use crate::{load, MODULES};
@@ -521,27 +522,39 @@ fn control(c: &Control, kcore: &Kcore) -> Case {
     }
 }
 
-/// Runs the kernel check `case` under one record dropped per batch (defect 8, which kernel
+/// Runs the kernel check `check` under one record dropped per batch (defect 8, which kernel
 /// batches get too), reloads the correct engine, runs `after` (to put things back through it),
-/// and passes if the check failed.
-fn kernel_record_control(name: &str, case: impl FnOnce() -> Case, after: impl FnOnce()) -> Case {
+/// and passes only if the check found its records disagreeing with the text: a check that
+/// passed, or failed for another reason (a module that did not load, perf losing records),
+/// caught nothing.
+fn kernel_record_control(
+    name: &str,
+    check: impl FnOnce() -> kernel_patching::KernelCheck,
+    after: impl FnOnce(),
+) -> Case {
     let run = || -> Result<String, String> {
-        let (_, case) = under_defect(8, |_| Ok(case()))?;
+        let (_, outcome) = under_defect(8, |_| Ok(check()))?;
         reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
         after();
-        if case.passed() {
-            Err(format!("not caught: {} passed its checks", case.name))
-        } else {
-            Ok(format!(
-                "{} failed its checks: {}",
-                case.name,
-                crate::kernel_patching::diagnostic(&case)
-            ))
-        }
+        kernel_caught(outcome)
     };
     match run() {
         Ok(found) => Case::pass(name).with_log(found),
         Err(e) => Case::fail(name, e),
+    }
+}
+
+/// Whether a kernel check under the record defect caught it: only records that disagree with
+/// the text do.
+fn kernel_caught(outcome: kernel_patching::KernelCheck) -> Result<String, String> {
+    match outcome {
+        kernel_patching::KernelCheck::RecordsDisagree(why) => {
+            Ok(format!("the records disagree with the text: {why}"))
+        }
+        kernel_patching::KernelCheck::Passed(line) => Err(format!("not caught: it passed: {line}")),
+        kernel_patching::KernelCheck::Failed(e) => {
+            Err(format!("not caught: it failed for another reason: {e}"))
+        }
     }
 }
 
@@ -694,14 +707,14 @@ pub fn cases(kcore: &Kcore) -> Case {
         // through the correct engine.
         children.push(kernel_record_control(
             "control_kernel_dropped_record_caught",
-            || crate::kernel_patching::schedstats_case(kcore),
-            || crate::kernel_patching::schedstats_case_off(kcore),
+            || kernel_patching::schedstats_run(kcore),
+            || kernel_patching::schedstats_case_off(kcore),
         ));
-        // The static-key selftest's one record per site must fail (its own checks pass: the
-        // text is right, only the record stream is short).
+        // The static-key selftest's records must disagree with its module's text (its own
+        // checks pass: the text is right, only the record stream is short).
         children.push(kernel_record_control(
             "control_kernel_selftest_dropped_record_caught",
-            crate::kernel_patching::kernel_selftest_case,
+            || kernel_patching::kernel_selftest_run(kcore),
             || {},
         ));
         if crate::is_x86() {
@@ -812,6 +825,14 @@ mod tests {
         twice.push(("a", "0", "-26"));
         assert!(registered_over_owners(&twice, &owned).is_err());
         assert!(registered_over_owners(&[], &owned).is_err());
+    }
+
+    #[test]
+    fn a_kernel_check_catches_only_with_records_against_the_text() {
+        use kernel_patching::KernelCheck;
+        assert!(kernel_caught(KernelCheck::RecordsDisagree("at 0x10".into())).is_ok());
+        assert!(kernel_caught(KernelCheck::Passed("fine".into())).is_err());
+        assert!(kernel_caught(KernelCheck::Failed("no module".into())).is_err());
     }
 
     #[test]
