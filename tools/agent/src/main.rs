@@ -34,6 +34,7 @@ mod kbench;
 mod kernel_patching;
 mod observed;
 mod outsider;
+mod plan;
 mod retarget;
 mod scenario;
 mod stress;
@@ -86,16 +87,33 @@ fn print_document(ktap: &mut Ktap, selftest: Case, suite: &str, cases: Vec<Case>
     }
 }
 
+/// [`print_document`], with the mode's cases held to the boot's plan (see [`plan::Plan`]).
+fn print_planned(
+    ktap: &mut Ktap,
+    selftest: Case,
+    suite: &str,
+    plan: &plan::Plan,
+    cases: Vec<Case>,
+) {
+    print_document(ktap, selftest, suite, plan.reconcile(cases));
+}
+
 /// Debian's perf records our pokes (and, on x86, the kernel's own) as the text says they
 /// happened: its records chain from `/proc/kcore` before a scenario to `/proc/kcore` after it.
 fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
     let perf = match Perf::locate() {
         Ok(perf) => perf,
         Err(e) => {
-            return vec![Case::fail(
-                "real_perf",
-                format!("no perf in this guest: {e}"),
-            )]
+            return vec![
+                Case::fail(
+                    "real_perf_records_match_text",
+                    format!("no perf in this guest: {e}"),
+                ),
+                Case::fail(
+                    "real_perf_sees_kernel_ftrace_pokes",
+                    format!("no perf in this guest: {e}"),
+                ),
+            ]
         }
     };
     let mut out = Vec::new();
@@ -177,7 +195,7 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
             "{n} TEXT_POKE records from the kernel's own ftrace patching"
         )))
     })();
-    out.push(control.unwrap_or_else(|e| Case::fail("real_perf_kernel_control", e)));
+    out.push(control.unwrap_or_else(|e| Case::fail("real_perf_sees_kernel_ftrace_pokes", e)));
     log("real perf: done");
     out
 }
@@ -208,6 +226,11 @@ pub const SCENARIOS: &[(&str, &str, u64)] = &[
 const MIN_TRAPPED_ONE_POKER: u64 = 1000;
 
 fn test_suite(ktap: &mut Ktap) {
+    let controls = sys::cmdline_param("textpoke.controls").as_deref() != Some("0");
+    let plan = plan::Plan::test(controls);
+    if !controls {
+        log("textpoke.controls=0: this boot plans no negative_controls group");
+    }
     let mut cases = Vec::new();
     let (loaded, selftest) = load_textpoke("");
     cases.push(Case::check(
@@ -233,13 +256,17 @@ fn test_suite(ktap: &mut Ktap) {
             cases.push(badinput::cases(&sites, &kcore));
             cases.push(outsider::cases(&sites, &kcore));
             cases.push(kernel_patching::cases(&kcore));
-            if sys::cmdline_param("textpoke.controls").as_deref() != Some("0") {
+            if controls {
                 cases.push(controls::cases(&kcore));
             }
             let unloaded = sys::unload_module("textpoke_exerciser");
-            if unloaded.is_ok() {
+            match &unloaded {
                 // textpoke alone now: only the kernel's pin can keep it loaded.
-                cases.push(kernel_patching::unload_refused_mid_update());
+                Ok(()) => cases.push(kernel_patching::unload_refused_mid_update()),
+                Err(e) => cases.push(Case::fail(
+                    "unload_refused_mid_update",
+                    format!("the exerciser did not unload, so textpoke is not alone: {e}"),
+                )),
             }
             let unloaded = unloaded.and_then(|()| sys::unload_module("textpoke"));
             cases.push(Case::check(
@@ -251,7 +278,7 @@ fn test_suite(ktap: &mut Ktap) {
         }
         Err(e) => cases.push(Case::fail("sites_listed", e)),
     }
-    print_document(ktap, selftest, "textpoke_agent", cases);
+    print_planned(ktap, selftest, "textpoke_agent", &plan, cases);
 }
 
 /// `textpoke.mode=controls`: the negative controls alone, for counting how reliably each defect
@@ -266,7 +293,13 @@ fn controls_only(ktap: &mut Ktap) {
         Ok(kcore) => cases.push(controls::cases(&kcore)),
         Err(e) => cases.push(Case::fail("controls_setup", e)),
     }
-    print_document(ktap, selftest, "textpoke_agent", cases);
+    print_planned(
+        ktap,
+        selftest,
+        "textpoke_agent",
+        &plan::Plan::controls_only(),
+        cases,
+    );
 }
 
 /// Logs what a scenario did, for people: `textpoke-agent: demo ...` lines.
@@ -343,7 +376,7 @@ fn demo(ktap: &mut Ktap) {
         }
         Err(e) => cases.push(Case::fail("demo_setup", e)),
     }
-    print_document(ktap, selftest, "textpoke_demo", cases);
+    print_planned(ktap, selftest, "textpoke_demo", &plan::Plan::demo(), cases);
 }
 
 /// Harness self-checks: each must make the run fail in its own way.
