@@ -232,9 +232,9 @@ fn zero(name: &str, value: Result<u64, String>, what: &str) -> Case {
     }
 }
 
-/// The site kinds of the exerciser's pools on arm64 (`aarch64`) or x86, in the order the
-/// scenarios' keys take them (samples/exerciser/scenario.rs, `KEY_KINDS`), then the ftrace
-/// group's call kind.
+/// The key kinds of the exerciser's pools on arm64 (`aarch64`) or x86, in the order the
+/// scenarios' keys take them (samples/exerciser/scenario.rs, `KEY_KINDS`, by the names its
+/// `sites` file gives them); with [`call_kind`], every kind the pools have.
 pub fn key_kinds(aarch64: bool) -> &'static [&'static str] {
     if aarch64 {
         &["b", "ret", "mov_x9_x30"]
