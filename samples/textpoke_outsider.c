@@ -317,6 +317,39 @@ static __always_inline bool stack_mark_gone(void)
 	return mark != STACK_MARK;
 }
 
+/*
+ * The length of the jump label instruction at @code: 4 on arm64; on x86 2 (NOP2, JMP rel8) or 5
+ * (NOP5, JMP rel32), as the assembler chose (arch_jump_entry_size(), which modules cannot call,
+ * decodes it; these are the only forms it accepts). SITE_LEN for anything else, which textpoke
+ * then refuses for its own reasons.
+ */
+static size_t keyed_len(const u8 *code)
+{
+#ifdef CONFIG_X86_64
+	static const u8 nop5[] = { 0x0f, 0x1f, 0x44, 0x00, 0x00 };
+
+	if (code[0] == 0xeb || (code[0] == 0x66 && code[1] == 0x90))
+		return 2;
+	if (code[0] == 0xe9 || !memcmp(code, nop5, sizeof(nop5)))
+		return 5;
+#endif
+	return SITE_LEN;
+}
+
+/*
+ * Registers the @len-byte site at @addr, which another patcher owns, and logs the verdict
+ * @name (-ETXTBSY expected). Should textpoke accept it (the debug build's defect 11), the site
+ * is unregistered at once: the text stays its owner's.
+ */
+static void register_owned(const char *name, void *addr, size_t len)
+{
+	int ret = addr ? textpoke_register_site(THIS_MODULE, addr, len) : -ENOENT;
+
+	verdict(name, ret, -ETXTBSY);
+	if (!ret)
+		textpoke_unregister_site(THIS_MODULE, addr);
+}
+
 static void other_patchers(void)
 {
 	struct kprobe kp = { .pre_handler = outsider_pre };
@@ -328,10 +361,17 @@ static void other_patchers(void)
 	/* Keep the key and the traced function reachable, so that neither is discarded. */
 	verdict("keyed_function_off", outsider_keyed(), 0);
 	verdict("traced_function_runs", outsider_traced(), foreign != 0);
-	verdict("register_jump_label_site",
-		keyed ? textpoke_register_site(THIS_MODULE, keyed, SITE_LEN) : -ENOENT, -ETXTBSY);
-	verdict("register_ftrace_site",
-		textpoke_register_site(THIS_MODULE, traced_site(), SITE_LEN), -ETXTBSY);
+	/*
+	 * Each of the three registrations below is one textpoke would accept but for its owner:
+	 * an instruction textpoke lists, at its own length, in this module's text. So with the
+	 * check of other patchers skipped (defect 11) each gives 0, and -ETXTBSY only comes from
+	 * that check.
+	 */
+	if (keyed)
+		pr_info("textpoke_outsider: jump label site %px, %zu bytes\n", keyed,
+			keyed_len(keyed));
+	register_owned("register_jump_label_site", keyed, keyed ? keyed_len(keyed) : SITE_LEN);
+	register_owned("register_ftrace_site", traced_site(), SITE_LEN);
 	{
 		void *entry[6];
 		int n = traced_entry(entry, ARRAY_SIZE(entry));
@@ -341,18 +381,24 @@ static void other_patchers(void)
 		verdict("ftrace_entry_found", n >= (IS_ENABLED(CONFIG_ARM64) ? 2 : 1), 1);
 		for (i = 0; i < n; i++) {
 			snprintf(name, sizeof(name), "register_ftrace_entry_%d", i);
-			verdict(name, textpoke_register_site(THIS_MODULE, entry[i], SITE_LEN),
-				-ETXTBSY);
+			register_owned(name, entry[i], SITE_LEN);
 		}
 	}
 
-	/* A kprobe first, then the site. */
+	/*
+	 * A kprobe first, then the site. Registered disabled, the kprobe owns the address in
+	 * kprobes' table without its breakpoint in the text, which still holds the NOP textpoke
+	 * lists: only the check of other patchers can refuse the site.
+	 */
 	kp.addr = (kprobe_opcode_t *)site(2);
+	kp.flags = KPROBE_FLAG_DISABLED;
 	ret = register_kprobe(&kp);
 	verdict("kprobe_on_future_site", ret, 0);
 	if (!ret) {
-		verdict("register_kprobed_site",
-			textpoke_register_site(THIS_MODULE, site(2), SITE_LEN), -ETXTBSY);
+		register_owned("register_kprobed_site", site(2), SITE_LEN);
+		/* Armed, its breakpoint is in the text too. */
+		verdict("kprobe_enabled", enable_kprobe(&kp), 0);
+		register_owned("register_armed_kprobed_site", site(2), SITE_LEN);
 		unregister_kprobe(&kp);
 		ret = textpoke_register_site(THIS_MODULE, site(2), SITE_LEN);
 		verdict("register_after_kprobe_gone", ret, 0);

@@ -190,6 +190,21 @@ impl debugfs::File for ResultFile {
                     "trapped.{name} {}",
                     get(|c| c.trapped.load(Ordering::Relaxed))
                 )?;
+                writeln!(
+                    t,
+                    "trapped_counted.{name} {}",
+                    get(|c| c.trapped_counted.load(Ordering::Relaxed))
+                )?;
+                writeln!(
+                    t,
+                    "seen_only.{name} {}",
+                    get(|c| c.seen_only.load(Ordering::Relaxed))
+                )?;
+                writeln!(
+                    t,
+                    "counted_only.{name} {}",
+                    get(|c| c.counted_only.load(Ordering::Relaxed))
+                )?;
                 writeln!(t, "on.{name} {}", get(|c| c.on.load(Ordering::Relaxed)))?;
             }
             let logged: usize = o.executors.iter().map(|e| e.log.lock().len()).sum();
@@ -215,8 +230,21 @@ impl debugfs::File for ResultFile {
                 .iter()
                 .map(|e| e.late_traps.load(Ordering::Relaxed))
                 .sum();
+            let per_executor = |f: fn(&super::executor::Executor) -> u64| {
+                o.executors.iter().map(|e| f(e)).sum::<u64>()
+            };
             writeln!(t, "stable_violations {stable}")?;
             writeln!(t, "late_traps {late}")?;
+            writeln!(
+                t,
+                "late_traps_counted {}",
+                per_executor(|e| e.late_traps_counted.load(Ordering::Relaxed))
+            )?;
+            writeln!(
+                t,
+                "mark_misplaced {}",
+                per_executor(|e| e.mark_misplaced.load(Ordering::Relaxed))
+            )?;
             writeln!(t, "trampoline_calls {calls}")
         })()
         .map_err(|_| ENOMEM)?;

@@ -3,8 +3,8 @@
 //! Scenarios: keys of sites flipped by concurrent pokers while executors run every site.
 //!
 //! `keys=K sites=S ftrace=F flips=N pokers=P`: K static-key-like groups of S sites each (key k
-//! uses the branch, short-branch and early-return pools in turn, so every kind gets keys) and
-//! one ftrace-like group of F call sites. P poker kthreads share the keys (key k belongs to
+//! uses the key pools in turn, [`KEY_KINDS`], so every kind gets keys) and one ftrace-like
+//! group of F call sites. P poker kthreads share the keys (key k belongs to
 //! poker k mod P; the ftrace group to poker 0), and each flips each of its groups N times, one
 //! batch per group and flip: like `static_key_enable()` patching every site of a key at once.
 //! With P > 1, batches of different pokers are in flight at the same time. A flip toggles each
@@ -72,11 +72,17 @@ impl Spec {
     }
 }
 
-/// The static-key pools, in the order keys use them.
+/// The pools keys use, in turn: every pool but the call sites' (the ftrace group's). On arm64
+/// that includes the `MOV X9, X30` prologues, which the engine changes with every other CPU
+/// parked, as it does `RET`: a key of them takes its functions from the pool's end, away from
+/// the ftrace group's (from its start), and [`run`] refuses a scenario in which a function
+/// could run its call with its prologue off (the trampoline returns through X9).
+/// The guest agent plans a scenario's per-kind cases from the same list, by name
+/// (tools/agent/src/scenario.rs, `key_kinds`): change both together.
 #[cfg(CONFIG_X86_64)]
 const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::ShortBranch, PoolKind::Ret];
 #[cfg(CONFIG_ARM64)]
-const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::Ret];
+const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::Ret, PoolKind::Prologue];
 
 /// One batch of a run.
 pub(crate) struct BatchRecord {
@@ -202,13 +208,60 @@ pub(crate) struct Outcome {
 }
 
 /// The site indices of `kind`, in pool order.
-fn of_kind(shared: &Shared, kind: PoolKind) -> impl Iterator<Item = usize> + '_ {
+fn of_kind(shared: &Shared, kind: PoolKind) -> impl DoubleEndedIterator<Item = usize> + '_ {
     shared
         .sites
         .iter()
         .enumerate()
         .filter(move |(_, s)| s.kind == kind)
         .map(|(i, _)| i)
+}
+
+/// The site of the other kind in the same function as site `i` (arm64's `bl` functions have a
+/// prologue site and a call site).
+fn partner(shared: &Shared, i: usize, kind: PoolKind) -> Option<usize> {
+    let func = shared.sites.get(i)?.func;
+    shared
+        .sites
+        .iter()
+        .position(|s| s.kind == kind && s.func == func)
+}
+
+/// Refuses (`EINVAL`) a scenario in which a function could run its call site on with its
+/// `MOV X9, X30` prologue off: a prologue key must take functions whose call site is off and
+/// outside the ftrace group, and the ftrace group functions whose prologue is on.
+fn prologues_stay_under_calls(shared: &Shared, groups: &[Group]) -> Result {
+    let ftrace: KVec<usize> = match groups.iter().find(|g| g.index == usize::MAX) {
+        Some(g) => {
+            let mut v = KVec::new();
+            v.extend_from_slice(&g.sites, GFP_KERNEL)?;
+            v
+        }
+        None => KVec::new(),
+    };
+    let state = |i: usize| shared.state.get(i).map(|s| s.load(Ordering::Acquire));
+    for g in groups.iter().filter(|g| g.index != usize::MAX) {
+        for &i in g.sites.iter() {
+            if shared.sites.get(i).map(|s| s.kind) != Some(PoolKind::Prologue) {
+                continue;
+            }
+            if let Some(call) = partner(shared, i, PoolKind::Call) {
+                if ftrace.contains(&call) || state(call) != Some(0) {
+                    pr_err!("scenario: prologue site {i} is under a call site that may be on\n");
+                    return Err(EINVAL);
+                }
+            }
+        }
+    }
+    for &call in ftrace.iter() {
+        if let Some(p) = partner(shared, call, PoolKind::Prologue) {
+            if state(p) != Some(1) {
+                pr_err!("scenario: call site {call} is under a prologue that is off\n");
+                return Err(EINVAL);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs `spec` to completion.
@@ -219,8 +272,14 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
         let kind = *KEY_KINDS.get(k % KEY_KINDS.len()).ok_or(EINVAL)?;
         let slot = used.get_mut(kind as usize).ok_or(EINVAL)?;
         let mut sites = KVec::new();
-        for i in of_kind(shared, kind).skip(*slot).take(spec.sites) {
-            sites.push(i, GFP_KERNEL)?;
+        if kind == PoolKind::Prologue {
+            for i in of_kind(shared, kind).rev().skip(*slot).take(spec.sites) {
+                sites.push(i, GFP_KERNEL)?;
+            }
+        } else {
+            for i in of_kind(shared, kind).skip(*slot).take(spec.sites) {
+                sites.push(i, GFP_KERNEL)?;
+            }
         }
         if sites.len() != spec.sites || spec.sites > engine_api::MAX_BATCH {
             pr_err!(
@@ -254,6 +313,7 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
             GFP_KERNEL,
         )?;
     }
+    prologues_stay_under_calls(shared, &groups)?;
     let mut active = KVec::new();
     for g in groups.iter() {
         active.extend_from_slice(&g.sites, GFP_KERNEL)?;

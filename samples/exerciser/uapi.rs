@@ -37,9 +37,17 @@ pub struct ExecRecord {
     pub cpu: u16,
     /// 0: the `off` instruction's behaviour; 1: the `on` one; 2: neither (another site's).
     pub path: u8,
-    /// 1 if this execution hit the guard and was emulated.
-    pub trapped: u8,
+    /// How the execution was seen to trap: [`TRAP_SEEN`] and [`TRAP_COUNTED`] bits.
+    pub trap: u8,
 }
+
+/// [`ExecRecord::trap`] bit: the CPU itself says an exception interrupted the call. The executor
+/// leaves a mark below its stack pointer before the call, where only the state an exception
+/// entry saves can overwrite it; interrupts are off, so nothing but a trap can.
+pub const TRAP_SEEN: u8 = 1;
+/// [`ExecRecord::trap`] bit: textpoke's count of this CPU's guard traps
+/// (`textpoke_cpu_traps()`) moved across the call.
+pub const TRAP_COUNTED: u8 = 2;
 
 /// Size of an [`ExecRecord`] in `executions`.
 pub const EXEC_RECORD_SIZE: usize = core::mem::size_of::<ExecRecord>();
@@ -62,7 +70,17 @@ impl ExecRecord {
             site: u32::from_ne_bytes(site),
             cpu: u16::from_ne_bytes(cpu),
             path: b.get(22).copied().unwrap_or(0),
-            trapped: b.get(23).copied().unwrap_or(0),
+            trap: b.get(23).copied().unwrap_or(0),
         }
+    }
+
+    /// Whether the CPU saw this execution trap ([`TRAP_SEEN`]).
+    pub fn cpu_trapped(&self) -> bool {
+        self.trap & TRAP_SEEN != 0
+    }
+
+    /// Whether textpoke counted a trap of this CPU during it ([`TRAP_COUNTED`]).
+    pub fn counted(&self) -> bool {
+        self.trap & TRAP_COUNTED != 0
     }
 }

@@ -69,6 +69,51 @@ pub fn timelines(
     Ok(out)
 }
 
+/// How an execution broke the ordering invariant: each seeded defect has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Violation {
+    /// An execution of a site the exerciser does not list.
+    UnknownSite,
+    /// A trapped execution that behaved as no instruction of its site (path 2): the trap
+    /// emulated another site's instruction (debug defect 6).
+    TrappedAsOtherSite,
+    /// A trapped execution that behaved as the instruction its batch replaced: the trap
+    /// emulated the old instruction (debug defect 5).
+    TrappedAsOld,
+    /// An execution that did not trap and behaved as no instruction of its site.
+    OtherSite,
+    /// An execution that did not trap and ran the instruction the site's next record installs,
+    /// nearer to that record than to the one before: the new instruction ran before its record
+    /// with no guard (debug defect 3, unguarded writes).
+    AheadOfRecord,
+    /// An execution that did not trap and ran the instruction the last record before it
+    /// replaced, nearer to that record than to the next one.
+    BehindRecord,
+}
+
+/// How the ordering check tells a trapped execution: by what the CPU saw, or (where something
+/// else interrupts the executions too) by what both the CPU and textpoke saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrapEvidence {
+    /// The CPU's own word ([`ExecRecord::cpu_trapped`]): with interrupts off, only a trap
+    /// overwrites the executor's stack mark.
+    Cpu,
+    /// The CPU's word and textpoke's count together: for runs under the breakpoint observer on
+    /// arm64, whose debug exceptions save their state on the executors' stacks too, so that
+    /// the CPU's word alone cannot tell a breakpoint hit from a trap on a guard.
+    CpuAndEngine,
+}
+
+impl TrapEvidence {
+    /// Whether `e` trapped on a guard, by this evidence.
+    pub fn trapped(self, e: &ExecRecord) -> bool {
+        match self {
+            Self::Cpu => e.cpu_trapped(),
+            Self::CpuAndEngine => e.cpu_trapped() && e.counted(),
+        }
+    }
+}
+
 /// What the ordering check found.
 #[derive(Clone, Debug, Default)]
 pub struct OrderingReport {
@@ -76,6 +121,10 @@ pub struct OrderingReport {
     pub checked: u64,
     /// Executions that broke the invariant.
     pub violations: u64,
+    /// The violations by kind.
+    pub by_violation: BTreeMap<Violation, u64>,
+    /// The violations by site index (executions of unknown sites left out).
+    pub violating_sites: BTreeMap<usize, u64>,
     /// Trapped executions that no batch of their site was in flight for: each is a failure of
     /// its own (a trap nobody can account for).
     pub unmatched: u64,
@@ -88,6 +137,21 @@ pub struct OrderingReport {
     pub examples: Vec<String>,
     /// Per site kind: (old, new, trapped) executions, relative to the nearest record.
     pub by_kind: BTreeMap<String, [u64; 3]>,
+}
+
+impl OrderingReport {
+    /// Violations of kind `v`.
+    pub fn count(&self, v: Violation) -> u64 {
+        self.by_violation.get(&v).copied().unwrap_or(0)
+    }
+
+    fn violation(&mut self, v: Violation, site: Option<usize>) {
+        self.violations += 1;
+        *self.by_violation.entry(v).or_default() += 1;
+        if let Some(i) = site {
+            *self.violating_sites.entry(i).or_default() += 1;
+        }
+    }
 }
 
 /// When a batch changing a site was in flight, and what it changed the site to.
@@ -122,38 +186,41 @@ pub fn windows_by_site(
 ///
 /// The invariant (seed 000, kernel/plan.rs): an execution that did not trap ran the instruction
 /// in effect at some moment between its start and end, that is the old one only if it started
-/// before the record and the new one only if it ended after it. A trapped execution is matched
-/// to the one batch of its site whose commit overlaps it, which must exist (the guard was that
-/// batch's), and must have behaved exactly as that batch's new instruction. An execution that
-/// behaved as neither of its site's instructions (path 2) is always a violation.
+/// before the record and the new one only if it ended after it. A trapped execution (as
+/// `traps` tells) is matched to the one batch of its site whose commit overlaps it, which must
+/// exist (the guard was that batch's), and must have behaved exactly as that batch's new
+/// instruction. An execution that behaved as neither of its site's instructions (path 2) is
+/// always a violation. Each violation is classified ([`Violation`]).
 pub fn check_ordering(
     sites: &[Site],
     lines: &HashMap<usize, Timeline>,
     windows: &HashMap<usize, Vec<BatchWindow>>,
     execs: &[ExecRecord],
+    traps: TrapEvidence,
 ) -> OrderingReport {
     let mut r = OrderingReport::default();
     let empty = Timeline::default();
     let no_windows = Vec::new();
     for e in execs {
         let Some(site) = sites.get(e.site as usize) else {
-            r.violations += 1;
+            r.violation(Violation::UnknownSite, None);
             r.examples
                 .push(format!("execution of unknown site {}", e.site));
             continue;
         };
         let t = lines.get(&site.index).unwrap_or(&empty);
         let (j0, j1) = (t.count_at(e.start), t.count_at(e.end));
+        let trapped = traps.trapped(e);
         r.checked += 1;
-        let ok = if e.path > 1 {
-            false
-        } else if e.trapped != 0 {
+        let broken = if trapped && e.path > 1 {
+            Some(Violation::TrappedAsOtherSite)
+        } else if trapped {
             let w = windows.get(&site.index).unwrap_or(&no_windows);
             let overlapping: Vec<&BatchWindow> = w
                 .iter()
                 .filter(|w| w.start <= e.end && e.start <= w.end)
                 .collect();
-            match overlapping.as_slice() {
+            let as_new = match overlapping.as_slice() {
                 [batch] => e.path == batch.to,
                 [_, _, ..] => {
                     r.multi_batch += 1;
@@ -163,24 +230,45 @@ pub fn check_ordering(
                     r.unmatched += 1;
                     if r.examples.len() < 8 {
                         r.examples.push(format!(
-                            "site {} ({} at {:#x}) cpu {} trapped during [{}, {}], which {} batches of the site overlap",
-                            site.index,
-                            site.kind,
-                            site.addr,
-                            e.cpu,
-                            e.start,
-                            e.end,
-                            overlapping.len()
+                            "site {} ({} at {:#x}) cpu {} trapped during [{}, {}], which no batch of the site overlaps",
+                            site.index, site.kind, site.addr, e.cpu, e.start, e.end,
                         ));
                     }
                     continue;
                 }
-            }
+            };
+            (!as_new).then_some(Violation::TrappedAsOld)
+        } else if e.path > 1 {
+            Some(Violation::OtherSite)
+        } else if (j0..=j1).any(|j| t.path(j) == e.path) {
+            None
         } else {
-            (j0..=j1).any(|j| t.path(j) == e.path)
+            // Not in effect during the execution: the path the next record installs, or the one
+            // the last record replaced. With two paths it can be both; the nearer record in
+            // time decides.
+            let ahead_by = t
+                .events
+                .get(j1)
+                .filter(|n| n.1 == e.path)
+                .map(|n| n.0.saturating_sub(e.end));
+            let behind_by = j0
+                .checked_sub(1)
+                .filter(|&i| t.path(i) == e.path)
+                .and_then(|i| t.events.get(i))
+                .map(|p| e.start.saturating_sub(p.0));
+            let ahead = match (ahead_by, behind_by) {
+                (Some(a), Some(b)) => a <= b,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            Some(if ahead {
+                Violation::AheadOfRecord
+            } else {
+                Violation::BehindRecord
+            })
         };
         let counts = r.by_kind.entry(site.kind.clone()).or_insert([0; 3]);
-        if e.trapped != 0 {
+        if trapped {
             counts[2] += 1;
         } else {
             // Old or new relative to the record nearest in time.
@@ -198,17 +286,17 @@ pub fn check_ordering(
             };
             counts[usize::from(!is_old)] += 1;
         }
-        if !ok {
-            r.violations += 1;
+        if let Some(v) = broken {
+            r.violation(v, Some(site.index));
             if r.examples.len() < 8 {
                 r.examples.push(format!(
-                    "site {} ({} at {:#x}) cpu {} path {} trapped {} during [{}, {}]: records before start {}, before end {}, timeline {:?}",
+                    "{v:?}: site {} ({} at {:#x}) cpu {} path {} trap bits {} during [{}, {}]: records before start {}, before end {}, timeline {:?}",
                     site.index,
                     site.kind,
                     site.addr,
                     e.cpu,
                     e.path,
-                    e.trapped,
+                    e.trap,
                     e.start,
                     e.end,
                     j0,
@@ -219,6 +307,77 @@ pub fn check_ordering(
         }
     }
     r
+}
+
+/// Why the records of a site do not match its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordMismatch {
+    /// A record's old bytes are not the site's text at that point (the text before, or the
+    /// previous record's new bytes): a record missing before it, or wrong old bytes.
+    OldBytes {
+        /// The site's index.
+        site: usize,
+        /// Its address.
+        addr: u64,
+        /// The record's old bytes.
+        old: Vec<u8>,
+        /// What the text was.
+        text: Vec<u8>,
+    },
+    /// The last record's new bytes (or the text before, without records) are not the text
+    /// after: a record missing at the end, or a record without its write.
+    EndText {
+        /// The site's index.
+        site: usize,
+        /// Its address.
+        addr: u64,
+        /// Where the records end.
+        records: Vec<u8>,
+        /// The text after.
+        text: Vec<u8>,
+    },
+    /// The site is outside the snapshots.
+    Outside {
+        /// Its address.
+        addr: u64,
+    },
+}
+
+impl RecordMismatch {
+    /// The address of the site the mismatch is at.
+    pub fn addr(&self) -> u64 {
+        match *self {
+            Self::OldBytes { addr, .. } | Self::EndText { addr, .. } | Self::Outside { addr } => {
+                addr
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for RecordMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OldBytes {
+                site,
+                addr,
+                old,
+                text,
+            } => write!(
+                f,
+                "site {site} at {addr:#x}: a record's old bytes {old:02x?} are not the text {text:02x?}"
+            ),
+            Self::EndText {
+                site,
+                addr,
+                records,
+                text,
+            } => write!(
+                f,
+                "site {site} at {addr:#x}: its records end at {records:02x?}, the text after is {text:02x?}"
+            ),
+            Self::Outside { addr } => write!(f, "site {addr:#x} is outside the kcore snapshot"),
+        }
+    }
 }
 
 /// Checks the records of every site against the text itself, read through `/proc/kcore`:
@@ -233,12 +392,23 @@ pub fn records_match_text(
     after: &[u8],
     pokes: &[TextPokeRec],
 ) -> Result<usize, String> {
-    let text = |image: &[u8], s: &Site| -> Result<Vec<u8>, String> {
-        let off = usize::try_from(s.addr.wrapping_sub(base)).map_err(|e| e.to_string())?;
-        image
-            .get(off..off + s.len)
+    records_match_text_checked(sites, base, before, after, pokes).map_err(|e| e.to_string())
+}
+
+/// [`records_match_text`], with the mismatch typed.
+pub fn records_match_text_checked(
+    sites: &[Site],
+    base: u64,
+    before: &[u8],
+    after: &[u8],
+    pokes: &[TextPokeRec],
+) -> Result<usize, RecordMismatch> {
+    let text = |image: &[u8], s: &Site| -> Result<Vec<u8>, RecordMismatch> {
+        usize::try_from(s.addr.wrapping_sub(base))
+            .ok()
+            .and_then(|off| image.get(off..off + s.len))
             .map(<[u8]>::to_vec)
-            .ok_or_else(|| format!("site {:#x} is outside the kcore snapshot", s.addr))
+            .ok_or(RecordMismatch::Outside { addr: s.addr })
     };
     let mut checked = 0;
     for s in sites {
@@ -247,20 +417,24 @@ pub fn records_match_text(
         let mut now = text(before, s)?;
         for p in &mine {
             if p.old != now {
-                return Err(format!(
-                    "site {} at {:#x}: a record's old bytes {:02x?} are not the text {:02x?}",
-                    s.index, s.addr, p.old, now
-                ));
+                return Err(RecordMismatch::OldBytes {
+                    site: s.index,
+                    addr: s.addr,
+                    old: p.old.clone(),
+                    text: now,
+                });
             }
             now.clone_from(&p.new);
             checked += 1;
         }
         let end = text(after, s)?;
         if now != end {
-            return Err(format!(
-                "site {} at {:#x}: its records end at {:02x?}, the text after is {:02x?}",
-                s.index, s.addr, now, end
-            ));
+            return Err(RecordMismatch::EndText {
+                site: s.index,
+                addr: s.addr,
+                records: now,
+                text: end,
+            });
         }
     }
     Ok(checked)
@@ -321,6 +495,58 @@ pub fn same_pokes(
     Ok(a.len())
 }
 
+/// Why a replay of the records onto the text before did not give the text after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayFailure {
+    /// The record at `addr` says its old bytes were something the replayed text does not hold:
+    /// a record missing before it, or wrong old bytes. `offset` is the first differing byte's.
+    OldBytes {
+        /// The record's address.
+        addr: u64,
+        /// Offset of the first differing byte from `addr`.
+        offset: usize,
+    },
+    /// The record at `addr` cannot be applied at all.
+    Unusable {
+        /// The record's address.
+        addr: u64,
+        /// Why.
+        what: &'static str,
+    },
+    /// Every record applied, and the replayed text differs from the text after, first at
+    /// `addr`: a change without a record, or a record without its change.
+    TextDiffers {
+        /// The first differing byte's address.
+        addr: u64,
+    },
+}
+
+impl ReplayFailure {
+    /// The address the failure names: the record's, or the first differing byte's.
+    pub fn addr(&self) -> u64 {
+        match *self {
+            Self::OldBytes { addr, .. }
+            | Self::Unusable { addr, .. }
+            | Self::TextDiffers { addr } => addr,
+        }
+    }
+}
+
+impl std::fmt::Display for ReplayFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OldBytes { addr, offset } => write!(
+                f,
+                "record at {addr:#x}: old bytes differ at offset {offset}"
+            ),
+            Self::Unusable { addr, what } => write!(f, "record at {addr:#x}: {what}"),
+            Self::TextDiffers { addr } => {
+                write!(f, "replayed text differs from kcore at {addr:#x}")
+            }
+        }
+    }
+}
+
 /// Replays `pokes` (in time order) onto `before`, a snapshot of `[base, base + len)`, and checks
 /// the result equals `after`. Pokes outside the region are ignored.
 pub fn replay(
@@ -329,6 +555,16 @@ pub fn replay(
     after: &[u8],
     pokes: &[TextPokeRec],
 ) -> Result<usize, String> {
+    replay_checked(base, before, after, pokes).map_err(|e| e.to_string())
+}
+
+/// [`replay`], with the failure typed.
+pub fn replay_checked(
+    base: u64,
+    before: &[u8],
+    after: &[u8],
+    pokes: &[TextPokeRec],
+) -> Result<usize, ReplayFailure> {
     let mut image = before.to_vec();
     let mut sorted: Vec<&TextPokeRec> = pokes.iter().collect();
     sorted.sort_by_key(|p| (p.time, p.id));
@@ -340,12 +576,17 @@ pub fn replay(
                 Ok(Applied::NotCovered) => {}
                 Ok(_) => applied += 1,
                 Err(ReplayError::OldMismatch { offset }) => {
-                    return Err(format!(
-                        "record at {:#x}: old bytes differ at offset {offset}",
-                        p.addr
-                    ))
+                    return Err(ReplayFailure::OldBytes {
+                        addr: p.addr,
+                        offset,
+                    })
                 }
-                Err(e) => return Err(format!("record at {:#x}: {}", p.addr, e.as_str())),
+                Err(e) => {
+                    return Err(ReplayFailure::Unusable {
+                        addr: p.addr,
+                        what: e.as_str(),
+                    })
+                }
             }
         }
     }
@@ -355,10 +596,9 @@ pub fn replay(
             .zip(after)
             .position(|(x, y)| x != y)
             .unwrap_or(0);
-        return Err(format!(
-            "replayed text differs from kcore at {:#x}",
-            base + first as u64
-        ));
+        return Err(ReplayFailure::TextDiffers {
+            addr: base + first as u64,
+        });
     }
     Ok(applied)
 }
@@ -400,7 +640,11 @@ mod tests {
             site,
             cpu: 0,
             path,
-            trapped,
+            trap: if trapped != 0 {
+                crate::uapi::TRAP_SEEN | crate::uapi::TRAP_COUNTED
+            } else {
+                0
+            },
         }
     }
 
@@ -436,7 +680,7 @@ mod tests {
                 },
             ],
         )]);
-        let r = check_ordering(&sites, &lines, &windows, &good);
+        let r = check_ordering(&sites, &lines, &windows, &good, TrapEvidence::Cpu);
         assert_eq!(
             (r.checked, r.violations, r.unmatched),
             (6, 0, 0),
@@ -450,16 +694,47 @@ mod tests {
             exec(0, 95, 99, 0, 1),   // trapped in the first batch, emulating the old one
             exec(0, 120, 130, 2, 0), // another site's behaviour
         ];
-        let r = check_ordering(&sites, &lines, &windows, &bad);
+        let r = check_ordering(&sites, &lines, &windows, &bad, TrapEvidence::Cpu);
         assert_eq!(r.violations, 5, "{:?}", r.examples);
+        // Each defect's signature: the unguarded write's new instruction before its record,
+        // the emulation of the old instruction, another site's behaviour.
+        assert_eq!(r.count(Violation::BehindRecord), 2, "{:?}", r.by_violation);
+        assert_eq!(r.count(Violation::AheadOfRecord), 1);
+        assert_eq!(r.count(Violation::TrappedAsOld), 1);
+        assert_eq!(r.count(Violation::OtherSite), 1);
+        assert_eq!(r.violating_sites, BTreeMap::from([(0, 5)]));
+        // A trap that behaved as another site's instruction.
+        let other = [exec(0, 95, 99, 2, 1)];
+        let r = check_ordering(&sites, &lines, &windows, &other, TrapEvidence::Cpu);
+        assert_eq!(r.count(Violation::TrappedAsOtherSite), 1);
+        // The CPU's word alone: an execution textpoke did not count is still a trap; with both
+        // required (under the observer on arm64), it is not, and then the old instruction
+        // after the record is a violation of its own.
+        let mut seen_only = exec(0, 101, 104, 0, 0);
+        seen_only.trap = crate::uapi::TRAP_SEEN;
+        let r = check_ordering(&sites, &lines, &windows, &[seen_only], TrapEvidence::Cpu);
+        assert_eq!((r.violations, r.count(Violation::TrappedAsOld)), (1, 1));
+        let r = check_ordering(
+            &sites,
+            &lines,
+            &windows,
+            &[seen_only],
+            TrapEvidence::CpuAndEngine,
+        );
+        assert_eq!((r.violations, r.count(Violation::BehindRecord)), (1, 1));
+        // The engine's count alone is no trap: the CPU did not see one.
+        let mut counted_only = exec(0, 95, 99, 1, 0);
+        counted_only.trap = crate::uapi::TRAP_COUNTED;
+        let r = check_ordering(&sites, &lines, &windows, &[counted_only], TrapEvidence::Cpu);
+        assert_eq!(r.count(Violation::AheadOfRecord), 1);
         // A trap while no batch of the site was in flight is unmatched, whatever its path.
         let stray = [exec(0, 210, 220, 0, 1), exec(0, 150, 160, 1, 1)];
-        let r = check_ordering(&sites, &lines, &windows, &stray);
+        let r = check_ordering(&sites, &lines, &windows, &stray, TrapEvidence::Cpu);
         assert_eq!((r.violations, r.unmatched), (0, 2), "{:?}", r.examples);
         // A trap that both batches overlap behaves as one of their new instructions (path 2,
         // no site's, is a violation before that question).
         let long = [exec(0, 100, 195, 0, 1), exec(0, 100, 195, 2, 1)];
-        let r = check_ordering(&sites, &lines, &windows, &long);
+        let r = check_ordering(&sites, &lines, &windows, &long, TrapEvidence::Cpu);
         assert_eq!(
             (r.violations, r.unmatched, r.multi_batch),
             (1, 0, 1),
@@ -489,6 +764,19 @@ mod tests {
         let mut wrong = pokes.clone();
         wrong[0].old = s.on.clone();
         assert!(records_match_text(&sites, 0x1000, &before, &after, &wrong).is_err());
+        assert!(matches!(
+            records_match_text_checked(&sites, 0x1000, &before, &after, &wrong),
+            Err(RecordMismatch::OldBytes {
+                site: 0,
+                addr: 0x1004,
+                ..
+            })
+        ));
+        // The last record missing: the records end where the text does not.
+        assert!(matches!(
+            records_match_text_checked(&sites, 0x1000, &before, &after, &pokes[..2]),
+            Err(RecordMismatch::EndText { addr: 0x1004, .. })
+        ));
         // The text never changed although the records say it did.
         assert!(records_match_text(&sites, 0x1000, &before, &before, &pokes).is_err());
         // No records and no change.
@@ -546,5 +834,23 @@ mod tests {
             &[pokes[0].clone(), pokes[2].clone()]
         )
         .is_err());
+        // Typed: the record missing at the end leaves the text apart at the site; one missing
+        // in the middle breaks the next record's old bytes.
+        assert_eq!(
+            replay_checked(0x1000, &before, &after, &pokes[..2]),
+            Err(ReplayFailure::TextDiffers { addr: 0x1004 })
+        );
+        assert_eq!(
+            replay_checked(
+                0x1000,
+                &before,
+                &after,
+                &[pokes[0].clone(), pokes[2].clone()]
+            ),
+            Err(ReplayFailure::OldBytes {
+                addr: 0x1004,
+                offset: 0
+            })
+        );
     }
 }

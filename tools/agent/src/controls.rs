@@ -6,12 +6,15 @@
 //! claims to cover the defect fails on it. Each control starts from freshly loaded modules, so
 //! that a defect that leaves text and registry apart cannot leak into the next.
 
-use textpoke_agent::checks;
+use std::collections::{BTreeMap, BTreeSet};
+use textpoke_agent::checks::{self, Violation};
 use textpoke_agent::exerciser::{self, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
 use textpoke_agent::sys;
+use textpoke_core::refusal;
 
+use crate::kernel_patching;
 use crate::outsider;
 use crate::scenario::{self, region, Evidence};
 use crate::{load, MODULES};
@@ -32,81 +35,263 @@ struct Control {
     caught: fn(&Evidence, &[Site]) -> Result<String, String>,
 }
 
-fn ordering_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+/// A run under a defect proves something only if perf delivered every record: a lost record
+/// would pass for a dropped one, and break the replay as a skipped write does.
+fn drained_clean(ev: &Evidence) -> Result<(), String> {
+    let d = &ev.drain;
+    if !d.is_clean() || d.lost_records > 0 {
+        return Err(format!(
+            "perf lost {} records ({} events, {} full buffers, errors {:?}): the run proves nothing",
+            d.lost_records, d.lost_events, d.full_buffers, d.errors
+        ));
+    }
+    if ev.batches.is_empty() {
+        return Err("the scenario made no batch".into());
+    }
+    Ok(())
+}
+
+/// [`drained_clean`], and the scenario completed: every batch committed.
+fn completed_clean(ev: &Evidence) -> Result<(), String> {
+    if let Err(errno) = ev.run {
+        return Err(format!(
+            "the scenario failed (errno {errno}) before its checks could judge it"
+        ));
+    }
+    if let Some(b) = ev.batches.iter().find(|b| b.errno != 0) {
+        return Err(format!("a batch failed with errno {}: {b:?}", b.errno));
+    }
+    drained_clean(ev)
+}
+
+/// The sites a step-skipping or record defect hits: in each batch, its first change in
+/// address order that is not made with the other CPUs parked (kernel/batch.rs: the engine
+/// sorts a batch's changes by address, and its victim is the first guarded one). One entry
+/// per batch that has one; a site may be the victim of several batches.
+pub fn victims(ev: &Evidence, sites: &[Site]) -> Vec<usize> {
+    let parked = scenario::parked_kinds();
+    ev.batches
+        .iter()
+        .filter_map(|b| {
+            b.changes
+                .iter()
+                .filter_map(|&(i, _)| sites.get(i))
+                .filter(|s| !parked.contains(&s.kind.as_str()))
+                .min_by_key(|s| s.addr)
+                .map(|s| s.index)
+        })
+        .collect()
+}
+
+/// The victim site (see [`victims`]) whose text covers `addr`.
+fn victim_at(ev: &Evidence, sites: &[Site], addr: u64) -> Option<usize> {
+    victims(ev, sites).into_iter().find(|&i| {
+        sites
+            .get(i)
+            .is_some_and(|s| (s.addr..s.addr + s.len as u64).contains(&addr))
+    })
+}
+
+/// The ordering checker must find violations of kind `signature` (the defect's own), in a run
+/// that completed with every record, and only on sites the run's batches changed.
+fn ordering_signature(
+    ev: &Evidence,
+    sites: &[Site],
+    signature: Violation,
+) -> Result<String, String> {
+    completed_clean(ev)?;
     let r = ev.ordering(sites)?;
-    if r.violations > 0 {
-        Ok(format!(
-            "the ordering checker found {} violations in {} executions",
-            r.violations, r.checked
-        ))
-    } else {
-        Err(format!(
-            "the ordering checker found no violation in {} executions",
-            r.checked
-        ))
+    let changed: BTreeSet<usize> = ev
+        .batches
+        .iter()
+        .flat_map(|b| b.changes.iter().map(|&(i, _)| i))
+        .collect();
+    let elsewhere: Vec<usize> = r
+        .violating_sites
+        .keys()
+        .copied()
+        .filter(|i| !changed.contains(i))
+        .collect();
+    if !elsewhere.is_empty() || r.count(Violation::UnknownSite) > 0 {
+        return Err(format!(
+            "violations on sites no batch of the run changed: {elsewhere:?} ({} of unknown sites)",
+            r.count(Violation::UnknownSite)
+        ));
     }
+    let n = r.count(signature);
+    if n == 0 {
+        return Err(format!(
+            "no {signature:?} violation in {} executions (violations by kind: {:?})",
+            r.checked, r.by_violation
+        ));
+    }
+    Ok(format!(
+        "the ordering checker found {n} {signature:?} violations in {} executions, on {} sites the batches changed (all violations by kind: {:?})",
+        r.checked,
+        r.violating_sites.len(),
+        r.by_violation
+    ))
 }
 
-fn replay_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+fn emulate_old_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    ordering_signature(ev, sites, Violation::TrappedAsOld)
+}
+
+fn emulate_other_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    ordering_signature(ev, sites, Violation::TrappedAsOtherSite)
+}
+
+fn unguarded_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    ordering_signature(ev, sites, Violation::AheadOfRecord)
+}
+
+/// The kcore replay must fail at the text of the defect's victim (see [`victims`]). The run
+/// need not complete: the engine reads the guards back before it writes the heads, finds the
+/// victim's missing, and fails its batch with `EIO` (the text changed behind its back), which
+/// ends the scenario; any other failure fails the control.
+fn skipped_write_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    drained_clean(ev)?;
+    let eio = i64::from(refusal::TEXT_CHANGED.errno);
+    if let Some(b) = ev.batches.iter().find(|b| b.errno != 0 && b.errno != eio) {
+        return Err(format!(
+            "a batch failed with errno {}, not the defect's EIO: {b:?}",
+            b.errno
+        ));
+    }
+    if ev.run.is_err() && ev.batches.iter().all(|b| b.errno == 0) {
+        return Err(format!(
+            "the scenario failed ({:?}) with every batch committed",
+            ev.run
+        ));
+    }
     let (base, _) = region(sites);
-    match checks::replay(base, &ev.before, &ev.after, &ev.site_pokes(sites)) {
-        Err(e) => Ok(format!("the kcore replay failed: {e}")),
+    match checks::replay_checked(base, &ev.before, &ev.after, &ev.site_pokes(sites)) {
         Ok(n) => Err(format!("the kcore replay of {n} records was exact")),
+        Err(f) => match victim_at(ev, sites, f.addr()) {
+            Some(i) => Ok(format!(
+                "the kcore replay failed at the defect's victim, site {i}: {f}"
+            )),
+            None => Err(format!(
+                "the kcore replay failed at {:#x}, no victim of the defect ({:?}): {f}",
+                f.addr(),
+                victims(ev, sites)
+            )),
+        },
     }
 }
 
-fn record_check_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+/// Per site: changes the exerciser asked for, minus records perf delivered.
+fn missing_records(ev: &Evidence, sites: &[Site]) -> BTreeMap<usize, i64> {
+    let mut out: BTreeMap<usize, i64> = BTreeMap::new();
+    for b in &ev.batches {
+        for &(i, _) in &b.changes {
+            *out.entry(i).or_default() += 1;
+        }
+    }
+    for p in ev.site_pokes(sites) {
+        if let Some(s) = sites.iter().find(|s| s.addr == p.addr) {
+            *out.entry(s.index).or_default() -= 1;
+        }
+    }
+    out.retain(|_, n| *n != 0);
+    out
+}
+
+/// One record dropped per batch (defect 8): the record check and the kcore replay must both
+/// fail at a victim's text, in a run that completed with every record perf was given, and the
+/// records missing must be exactly one per batch, each at that batch's victim.
+fn dropped_record_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    completed_clean(ev)?;
     let (base, _) = region(sites);
     let ours = ev.site_pokes(sites);
-    let changed: u64 = ev.batches.iter().map(|b| b.sites).sum();
-    match checks::records_match_text(sites, base, &ev.before, &ev.after, &ours) {
-        Err(e) => Ok(format!(
-            "the record check failed: {e} ({} records, {changed} changes)",
-            ours.len()
-        )),
-        Ok(n) if n as u64 != changed => Ok(format!("{n} records for {changed} site changes")),
+    let mut expected: BTreeMap<usize, i64> = BTreeMap::new();
+    for v in victims(ev, sites) {
+        *expected.entry(v).or_default() += 1;
+    }
+    let missing = missing_records(ev, sites);
+    if missing != expected {
+        return Err(format!(
+            "records missing per site {missing:?}, not one per batch at its victim {expected:?}"
+        ));
+    }
+    let record = match checks::records_match_text_checked(sites, base, &ev.before, &ev.after, &ours)
+    {
+        Ok(n) => {
+            return Err(format!(
+                "the record check accepted {n} records against the text"
+            ))
+        }
+        Err(m) if victim_at(ev, sites, m.addr()).is_some() => m,
+        Err(m) => return Err(format!("the record check failed off the victims: {m}")),
+    };
+    let replay = match checks::replay_checked(base, &ev.before, &ev.after, &ours) {
+        Ok(n) => return Err(format!("the kcore replay of {n} records was exact")),
+        Err(f) if victim_at(ev, sites, f.addr()).is_some() => f,
+        Err(f) => return Err(format!("the kcore replay failed off the victims: {f}")),
+    };
+    Ok(format!(
+        "{} records for {} changes, one missing per batch at its victim; the record check: {record}; the replay: {replay}",
+        ours.len(),
+        ev.batches.iter().map(|b| b.changes.len()).sum::<usize>()
+    ))
+}
+
+/// A record with wrong old bytes per batch (defect 9): the record check must find a record's
+/// old bytes are not the text, at a victim, in a run that completed with every record.
+fn wrong_old_bytes_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
+    completed_clean(ev)?;
+    let (base, _) = region(sites);
+    match checks::records_match_text_checked(
+        sites,
+        base,
+        &ev.before,
+        &ev.after,
+        &ev.site_pokes(sites),
+    ) {
         Ok(n) => Err(format!(
             "the record check accepted {n} records against the text"
         )),
+        Err(m @ checks::RecordMismatch::OldBytes { .. })
+            if victim_at(ev, sites, m.addr()).is_some() =>
+        {
+            Ok(format!("the record check failed at a victim: {m}"))
+        }
+        Err(m) => Err(format!(
+            "the record check failed, but not on a victim's old bytes: {m}"
+        )),
     }
-}
-
-fn record_and_replay_caught(ev: &Evidence, sites: &[Site]) -> Result<String, String> {
-    let records = record_check_caught(ev, sites)?;
-    let replay = replay_caught(ev, sites)?;
-    Ok(format!("{records}; {replay}"))
 }
 
 const CONTROLS: &[Control] = &[
     Control {
         name: "control_emulate_old_caught",
         mode: 5,
-        caught: ordering_caught,
+        caught: emulate_old_caught,
     },
     Control {
         name: "control_emulate_other_site_caught",
         mode: 6,
-        caught: ordering_caught,
+        caught: emulate_other_caught,
     },
     Control {
         name: "control_unguarded_nosync_caught",
         mode: 3,
-        caught: ordering_caught,
+        caught: unguarded_caught,
     },
     Control {
         name: "control_skipped_write_caught",
         mode: 7,
-        caught: replay_caught,
+        caught: skipped_write_caught,
     },
     Control {
         name: "control_dropped_record_caught",
         mode: 8,
-        caught: record_and_replay_caught,
+        caught: dropped_record_caught,
     },
     Control {
         name: "control_wrong_old_bytes_caught",
         mode: 9,
-        caught: record_check_caught,
+        caught: wrong_old_bytes_caught,
     },
 ];
 
@@ -177,7 +362,9 @@ fn foreign_int3_control() -> Case {
 
 /// A registry that lets sites onto other patchers' text (defect 11) is caught by the outsider's
 /// verdicts: registering over its jump label entry, its ftrace site and a kprobed address must
-/// each be refused with `ETXTBSY`.
+/// each be refused with `ETXTBSY`. Each of the three is a registration textpoke would accept
+/// but for its owner (samples/textpoke_outsider.c), so under the defect each must give exactly
+/// 0: any other errno is some other refusal, and catches nothing.
 fn other_patchers_control() -> Case {
     const NAME: &str = "control_other_patchers_ignored_caught";
     const OWNED: [&str; 3] = [
@@ -203,28 +390,42 @@ fn other_patchers_control() -> Case {
         loaded?;
         sys::unload_module("textpoke_outsider").map_err(|e| format!("unloading outsider: {e}"))?;
         let verdicts = outsider::verdict_lines(&lines);
-        let wrong: Vec<String> = verdicts
-            .iter()
-            .filter(|(name, got, expected)| OWNED.contains(name) && got != expected)
-            .map(|(name, got, _)| format!("{name} got {got}"))
-            .collect();
-        if wrong.len() == OWNED.len() {
-            Ok(format!(
-                "the outsider's verdicts failed: {}",
-                wrong.join(", ")
-            ))
-        } else {
-            Err(format!(
-                "not caught: {} of {} registrations on other patchers' text failed their verdict ({} verdict lines)",
-                wrong.len(),
-                OWNED.len(),
-                verdicts.len()
-            ))
-        }
+        registered_over_owners(&verdicts, &OWNED)
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The verdicts of `owned` (registrations over other patchers' text): caught if every one is
+/// there, once, and registered (0).
+fn registered_over_owners(
+    verdicts: &[(&str, &str, &str)],
+    owned: &[&str],
+) -> Result<String, String> {
+    let got: Vec<(&str, Vec<&str>)> = owned
+        .iter()
+        .map(|name| {
+            let v = verdicts
+                .iter()
+                .filter(|(n, _, _)| n == name)
+                .map(|(_, got, _)| *got)
+                .collect();
+            (*name, v)
+        })
+        .collect();
+    if got.iter().all(|(_, v)| v.as_slice() == ["0"]) {
+        Ok(format!(
+            "textpoke registered all {} sites over other patchers' text: {}",
+            owned.len(),
+            owned.join(", ")
+        ))
+    } else {
+        Err(format!(
+            "not caught: not every registration over another patcher's text gave 0: {got:?} ({} verdict lines)",
+            verdicts.len()
+        ))
     }
 }
 
@@ -321,27 +522,39 @@ fn control(c: &Control, kcore: &Kcore) -> Case {
     }
 }
 
-/// Runs the kernel check `case` under one record dropped per batch (defect 8, which kernel
+/// Runs the kernel check `check` under one record dropped per batch (defect 8, which kernel
 /// batches get too), reloads the correct engine, runs `after` (to put things back through it),
-/// and passes if the check failed.
-fn kernel_record_control(name: &str, case: impl FnOnce() -> Case, after: impl FnOnce()) -> Case {
+/// and passes only if the check found its records disagreeing with the text: a check that
+/// passed, or failed for another reason (a module that did not load, perf losing records),
+/// caught nothing.
+fn kernel_record_control(
+    name: &str,
+    check: impl FnOnce() -> kernel_patching::KernelCheck,
+    after: impl FnOnce(),
+) -> Case {
     let run = || -> Result<String, String> {
-        let (_, case) = under_defect(8, |_| Ok(case()))?;
+        let (_, outcome) = under_defect(8, |_| Ok(check()))?;
         reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
         after();
-        if case.passed() {
-            Err(format!("not caught: {} passed its checks", case.name))
-        } else {
-            Ok(format!(
-                "{} failed its checks: {}",
-                case.name,
-                crate::kernel_patching::diagnostic(&case)
-            ))
-        }
+        kernel_caught(outcome)
     };
     match run() {
         Ok(found) => Case::pass(name).with_log(found),
         Err(e) => Case::fail(name, e),
+    }
+}
+
+/// Whether a kernel check under the record defect caught it: only records that disagree with
+/// the text do.
+fn kernel_caught(outcome: kernel_patching::KernelCheck) -> Result<String, String> {
+    match outcome {
+        kernel_patching::KernelCheck::RecordsDisagree(why) => {
+            Ok(format!("the records disagree with the text: {why}"))
+        }
+        kernel_patching::KernelCheck::Passed(line) => Err(format!("not caught: it passed: {line}")),
+        kernel_patching::KernelCheck::Failed(e) => {
+            Err(format!("not caught: it failed for another reason: {e}"))
+        }
     }
 }
 
@@ -494,14 +707,14 @@ pub fn cases(kcore: &Kcore) -> Case {
         // through the correct engine.
         children.push(kernel_record_control(
             "control_kernel_dropped_record_caught",
-            || crate::kernel_patching::schedstats_case(kcore),
-            || crate::kernel_patching::schedstats_case_off(kcore),
+            || kernel_patching::schedstats_run(kcore),
+            || kernel_patching::schedstats_case_off(kcore),
         ));
-        // The static-key selftest's one record per site must fail (its own checks pass: the
-        // text is right, only the record stream is short).
+        // The static-key selftest's records must disagree with its module's text (its own
+        // checks pass: the text is right, only the record stream is short).
         children.push(kernel_record_control(
             "control_kernel_selftest_dropped_record_caught",
-            crate::kernel_patching::kernel_selftest_case,
+            || kernel_patching::kernel_selftest_run(kcore),
             || {},
         ));
         if crate::is_x86() {
@@ -516,4 +729,231 @@ pub fn cases(kcore: &Kcore) -> Case {
         Err(e) => Case::fail("production_build_reloaded", e),
     });
     Case::group("negative_controls", children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use textpoke_agent::exerciser::BatchLine;
+    use textpoke_agent::perf::{Drain, TextPokeRec};
+    use textpoke_agent::uapi::{ExecRecord, TRAP_COUNTED, TRAP_SEEN};
+
+    const OFF: [u8; 5] = [0x0f, 0x1f, 0x44, 0, 0];
+    const ON: [u8; 5] = [0xe9, 1, 0, 0, 0];
+
+    fn sites() -> Vec<Site> {
+        (0..3)
+            .map(|i| Site {
+                index: i,
+                kind: "jmp32".into(),
+                addr: 0x1000 + 5 * i as u64,
+                len: 5,
+                off: OFF.to_vec(),
+                on: ON.to_vec(),
+            })
+            .collect()
+    }
+
+    fn text(states: [bool; 3]) -> Vec<u8> {
+        states
+            .iter()
+            .flat_map(|&on| if on { ON } else { OFF })
+            .collect()
+    }
+
+    fn rec(site: usize, time: u64) -> TextPokeRec {
+        TextPokeRec {
+            addr: 0x1000 + 5 * site as u64,
+            old: OFF.to_vec(),
+            new: ON.to_vec(),
+            time,
+            ..TextPokeRec::default()
+        }
+    }
+
+    /// One batch turning sites 1 and 0 on (listed out of address order: the victim is the
+    /// lowest address, site 0), site 2 untouched; every record, the text as the batch left it.
+    fn evidence() -> Evidence {
+        Evidence {
+            run: Ok(()),
+            drain: Drain {
+                pokes: vec![rec(0, 150), rec(1, 150)],
+                ..Drain::default()
+            },
+            engine: Ok(Vec::new()),
+            before: text([false; 3]),
+            after: text([true, true, false]),
+            result: BTreeMap::new(),
+            batches: vec![BatchLine {
+                changes: vec![(1, 1), (0, 1)],
+                sites: 2,
+                start: 100,
+                end: 200,
+                ..BatchLine::default()
+            }],
+            execs: Vec::new(),
+            stats: Default::default(),
+            traps: checks::TrapEvidence::Cpu,
+        }
+    }
+
+    fn lost(mut ev: Evidence) -> Evidence {
+        ev.drain.lost_records = 1;
+        ev
+    }
+
+    #[test]
+    fn other_patchers_ignored_needs_all_three_registered() {
+        let owned = ["a", "b", "c"];
+        let v = |a: &'static str, b: &'static str, c: &'static str| {
+            vec![
+                ("a", a, "-26"),
+                ("x", "0", "0"),
+                ("b", b, "-26"),
+                ("c", c, "-26"),
+            ]
+        };
+        assert!(registered_over_owners(&v("0", "0", "0"), &owned).is_ok());
+        // The production engine: every one refused.
+        assert!(registered_over_owners(&v("-26", "-26", "-26"), &owned).is_err());
+        // Refused for another reason (a wrong length, a kprobe's breakpoint in the text): no
+        // catch, whatever the verdict's expectation.
+        assert!(registered_over_owners(&v("-90", "0", "-95"), &owned).is_err());
+        // A verdict missing (the outsider never got that far), or printed twice.
+        assert!(registered_over_owners(&v("0", "0", "0")[..3], &owned).is_err());
+        let mut twice = v("0", "0", "0");
+        twice.push(("a", "0", "-26"));
+        assert!(registered_over_owners(&twice, &owned).is_err());
+        assert!(registered_over_owners(&[], &owned).is_err());
+    }
+
+    #[test]
+    fn a_kernel_check_catches_only_with_records_against_the_text() {
+        use kernel_patching::KernelCheck;
+        assert!(kernel_caught(KernelCheck::RecordsDisagree("at 0x10".into())).is_ok());
+        assert!(kernel_caught(KernelCheck::Passed("fine".into())).is_err());
+        assert!(kernel_caught(KernelCheck::Failed("no module".into())).is_err());
+    }
+
+    #[test]
+    fn the_victim_is_a_batchs_first_guarded_site_by_address() {
+        assert_eq!(victims(&evidence(), &sites()), [0]);
+    }
+
+    #[test]
+    fn a_skipped_write_is_caught_only_at_its_victim() {
+        let s = sites();
+        // The correct engine: nothing to catch.
+        assert!(skipped_write_caught(&evidence(), &s).is_err());
+        // The victim kept its old text, its record went out: caught.
+        let mut ev = evidence();
+        ev.after = text([false, true, false]);
+        assert!(
+            skipped_write_caught(&ev, &s).is_ok(),
+            "{:?}",
+            skipped_write_caught(&ev, &s)
+        );
+        // The batch failed with EIO (the engine found the guard missing): still the defect's.
+        let mut failed = evidence();
+        failed.after = text([false, true, false]);
+        failed.run = Err(5);
+        failed.batches[0].errno = 5;
+        assert!(skipped_write_caught(&failed, &s).is_ok());
+        // Any other errno is not.
+        failed.batches[0].errno = 12;
+        assert!(skipped_write_caught(&failed, &s).is_err());
+        // The text apart at another site than the victim: not this defect.
+        let mut elsewhere = evidence();
+        elsewhere.after = text([true, false, false]);
+        assert!(skipped_write_caught(&elsewhere, &s).is_err());
+        // Records lost by perf break the replay too: proves nothing.
+        let mut lost_one = lost(evidence());
+        lost_one.drain.pokes.remove(0);
+        assert!(skipped_write_caught(&lost_one, &s).is_err());
+    }
+
+    #[test]
+    fn a_dropped_record_is_caught_only_at_its_victim() {
+        let s = sites();
+        assert!(dropped_record_caught(&evidence(), &s).is_err());
+        let mut ev = evidence();
+        ev.drain.pokes.retain(|p| p.addr != 0x1000);
+        assert!(
+            dropped_record_caught(&ev, &s).is_ok(),
+            "{:?}",
+            dropped_record_caught(&ev, &s)
+        );
+        // The same records missing because perf lost them: not caught.
+        assert!(dropped_record_caught(&lost(ev), &s).is_err());
+        // A record missing elsewhere than at the victim.
+        let mut elsewhere = evidence();
+        elsewhere.drain.pokes.retain(|p| p.addr != 0x1005);
+        assert!(dropped_record_caught(&elsewhere, &s).is_err());
+        // Two missing in one batch: not one per batch.
+        let mut both = evidence();
+        both.drain.pokes.clear();
+        assert!(dropped_record_caught(&both, &s).is_err());
+    }
+
+    #[test]
+    fn wrong_old_bytes_are_caught_only_at_the_victim() {
+        let s = sites();
+        assert!(wrong_old_bytes_caught(&evidence(), &s).is_err());
+        let mut ev = evidence();
+        ev.drain.pokes[0].old = ON.to_vec();
+        assert!(wrong_old_bytes_caught(&ev, &s).is_ok());
+        let mut elsewhere = evidence();
+        elsewhere.drain.pokes[1].old = ON.to_vec();
+        assert!(wrong_old_bytes_caught(&elsewhere, &s).is_err());
+        assert!(wrong_old_bytes_caught(&lost(ev), &s).is_err());
+    }
+
+    fn exec(site: u32, start: u64, end: u64, path: u8, trap: u8) -> ExecRecord {
+        ExecRecord {
+            start,
+            end,
+            site,
+            cpu: 0,
+            path,
+            trap,
+        }
+    }
+
+    #[test]
+    fn each_ordering_control_wants_its_own_signature() {
+        let s = sites();
+        let both = TRAP_SEEN | TRAP_COUNTED;
+        // No violation: none of the three is caught.
+        let mut clean = evidence();
+        clean.execs = vec![exec(0, 120, 130, 1, both), exec(0, 160, 170, 1, 0)];
+        for caught in [emulate_old_caught, emulate_other_caught, unguarded_caught] {
+            assert!(caught(&clean, &s).is_err());
+        }
+        // A trap that ran the old instruction: defect 5's, and only its.
+        let mut old = evidence();
+        old.execs = vec![exec(0, 120, 130, 0, both)];
+        assert!(emulate_old_caught(&old, &s).is_ok());
+        assert!(emulate_other_caught(&old, &s).is_err());
+        assert!(unguarded_caught(&old, &s).is_err());
+        // A trap that ran another site's: defect 6's.
+        let mut other = evidence();
+        other.execs = vec![exec(1, 120, 130, 2, both)];
+        assert!(emulate_other_caught(&other, &s).is_ok());
+        assert!(emulate_old_caught(&other, &s).is_err());
+        // The new instruction before its record, no trap: defect 3's.
+        let mut ahead = evidence();
+        ahead.execs = vec![exec(0, 120, 130, 1, 0)];
+        assert!(unguarded_caught(&ahead, &s).is_ok());
+        assert!(emulate_old_caught(&ahead, &s).is_err());
+        // Not caught when the run failed, or perf lost records.
+        let mut failed = evidence();
+        failed.execs = ahead.execs.clone();
+        failed.run = Err(5);
+        assert!(unguarded_caught(&failed, &s).is_err());
+        assert!(unguarded_caught(&lost(ahead), &s).is_err());
+        // Violations on a site no batch changed are no catch.
+        let mut stray = evidence();
+        stray.execs = vec![exec(2, 120, 130, 1, 0), exec(0, 120, 130, 1, 0)];
+        assert!(unguarded_caught(&stray, &s).is_err());
+    }
 }

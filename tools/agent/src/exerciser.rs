@@ -184,3 +184,33 @@ pub fn executions() -> io::Result<Vec<ExecRecord>> {
         .filter_map(|c| c.try_into().ok().map(ExecRecord::from_bytes))
         .collect())
 }
+
+#[cfg(test)]
+mod exec_record_tests {
+    use crate::uapi::{ExecRecord, EXEC_RECORD_SIZE, TRAP_COUNTED, TRAP_SEEN};
+
+    #[test]
+    fn an_execution_record_carries_both_trap_bits() {
+        assert_eq!(EXEC_RECORD_SIZE, 24);
+        let mut b = [0u8; EXEC_RECORD_SIZE];
+        b[..8].copy_from_slice(&10u64.to_ne_bytes());
+        b[8..16].copy_from_slice(&20u64.to_ne_bytes());
+        b[16..20].copy_from_slice(&7u32.to_ne_bytes());
+        b[20..22].copy_from_slice(&3u16.to_ne_bytes());
+        b[22] = 1;
+        for (trap, seen, counted) in [
+            (0, false, false),
+            (TRAP_SEEN, true, false),
+            (TRAP_COUNTED, false, true),
+            (TRAP_SEEN | TRAP_COUNTED, true, true),
+        ] {
+            b[23] = trap;
+            let e = ExecRecord::from_bytes(&b);
+            assert_eq!(
+                (e.start, e.end, e.site, e.cpu, e.path, e.trap),
+                (10, 20, 7, 3, 1, trap)
+            );
+            assert_eq!((e.cpu_trapped(), e.counted()), (seen, counted));
+        }
+    }
+}

@@ -125,22 +125,269 @@ fn module_keys(kcore: &Kcore, c: &mut Vec<Case>) {
     }
 }
 
+/// The selftest's module with the sites (lib/test_static_keys.c), and its base module, which
+/// defines half of the keys.
+const SELFTEST: &str = "test_static_keys";
+const SELFTEST_BASE: &str = "test_static_key_base";
+
+/// Records every site of the selftest's test functions must have at least: its init verifies
+/// every key, inverts every key, verifies, inverts them back and verifies again, so each site
+/// changes at least twice while the module loads.
+const SELFTEST_MIN_RECORDS: usize = 2;
+
+/// How a kernel check under the record defect ended (see `controls::kernel_record_control`).
+pub enum KernelCheck {
+    /// It passed, as said.
+    Passed(String),
+    /// It failed in the way a record defect shows: the records disagree with the text.
+    RecordsDisagree(String),
+    /// It failed for another reason, or could not run.
+    Failed(String),
+}
+
+/// Why the selftest's records do not agree with the text of its sites.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SelftestRecords {
+    /// A record's old bytes are not the previous record's new bytes at that site.
+    ChainBroken {
+        /// The site.
+        addr: u64,
+        /// The record's old bytes.
+        old: Vec<u8>,
+        /// The previous record's new bytes.
+        previous: Vec<u8>,
+    },
+    /// The last record's new bytes are not what the site holds after the load.
+    FinalText {
+        /// The site.
+        addr: u64,
+        /// The last record's new bytes.
+        records: Vec<u8>,
+        /// The text there, from `/proc/kcore`.
+        text: Vec<u8>,
+    },
+    /// A site the selftest changes at least [`SELFTEST_MIN_RECORDS`] times has fewer records.
+    TooFewRecords {
+        /// The site.
+        addr: u64,
+        /// Its records.
+        records: usize,
+    },
+}
+
+impl std::fmt::Display for SelftestRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ChainBroken {
+                addr,
+                old,
+                previous,
+            } => write!(
+                f,
+                "at {addr:#x} a record's old bytes {old:02x?} are not the previous record's new bytes {previous:02x?}"
+            ),
+            Self::FinalText {
+                addr,
+                records,
+                text,
+            } => write!(
+                f,
+                "at {addr:#x} the records end at {records:02x?}, the text is {text:02x?}"
+            ),
+            Self::TooFewRecords { addr, records } => write!(
+                f,
+                "at {addr:#x} {records} records, for a site the selftest changes at least {SELFTEST_MIN_RECORDS} times"
+            ),
+        }
+    }
+}
+
+/// Checks the records at each of `sites` against the text: in time order each record's old
+/// bytes are the previous record's new bytes, the last record's new bytes are what the site
+/// holds now (`now`, read after the load), and there are at least `min` of them. Without the
+/// text from before the load (the module's text exists only once it is loaded, by which time
+/// its init has flipped the keys), the first record's old bytes are taken on trust; the count
+/// makes up for it. Returns how many records it checked.
+pub fn selftest_records(
+    sites: &[u64],
+    pokes: &[TextPokeRec],
+    now: &BTreeMap<u64, Vec<u8>>,
+    min: usize,
+) -> Result<usize, SelftestRecords> {
+    let mut checked = 0;
+    for &addr in sites {
+        let mut mine: Vec<&TextPokeRec> = pokes.iter().filter(|p| p.addr == addr).collect();
+        mine.sort_by_key(|p| (p.time, p.id));
+        for pair in mine.windows(2) {
+            if let [a, b] = pair {
+                if b.old != a.new {
+                    return Err(SelftestRecords::ChainBroken {
+                        addr,
+                        old: b.old.clone(),
+                        previous: a.new.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(last) = mine.last() {
+            let text = now.get(&addr).cloned().unwrap_or_default();
+            if !text.starts_with(&last.new) || last.new.is_empty() {
+                return Err(SelftestRecords::FinalText {
+                    addr,
+                    records: last.new.clone(),
+                    text,
+                });
+            }
+        }
+        if mine.len() < min {
+            return Err(SelftestRecords::TooFewRecords {
+                addr,
+                records: mine.len(),
+            });
+        }
+        checked += mine.len();
+    }
+    Ok(checked)
+}
+
+/// The size of section `name` in `elf`, a little-endian ELF64 object (a `.ko`).
+pub fn elf_section_size(elf: &[u8], name: &str) -> Option<u64> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
+    // ELF magic, 64-bit, little-endian.
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let shoff = usize::try_from(u64_at(0x28)?).ok()?;
+    let (entsize, count, strndx) = (
+        usize::from(u16_at(0x3a)?),
+        usize::from(u16_at(0x3c)?),
+        usize::from(u16_at(0x3e)?),
+    );
+    let header = |i: usize| shoff.checked_add(i.checked_mul(entsize)?);
+    let strings = usize::try_from(u64_at(header(strndx)?.checked_add(0x18)?)?).ok()?;
+    (0..count).find_map(|i| {
+        let h = header(i)?;
+        let at = strings.checked_add(usize::try_from(u32_at(h)?).ok()?)?;
+        let rest = elf.get(at..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        (rest.get(..end)? == name.as_bytes())
+            .then(|| u64_at(h.checked_add(0x20)?))
+            .flatten()
+    })
+}
+
+/// The code addresses of the jump entries in `table`, a copy of a `__jump_table` loaded at
+/// `at`: relative entries (`s32 code, s32 target, long key`, 16 bytes) on both arches.
+pub fn jump_entry_codes(at: u64, table: &[u8]) -> Vec<u64> {
+    table
+        .chunks_exact(16)
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let code = i32::from_le_bytes(e.get(..4)?.try_into().ok()?);
+            Some((at + 16 * i as u64).wrapping_add_signed(i64::from(code)))
+        })
+        .collect()
+}
+
+/// `(address, name)` of module `name`'s functions in `/proc/kallsyms`, by address.
+fn module_functions(name: &str) -> Result<Vec<(u64, String)>, String> {
+    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
+    let tag = format!("[{name}]");
+    let mut out: Vec<(u64, String)> = syms
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                [addr, "t" | "T", n, m] if *m == tag => {
+                    Some((u64::from_str_radix(addr, 16).ok()?, (*n).to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The jump label sites in the selftest's test functions (`test_key_func()`'s, named
+/// `KEY_static_...`), which the selftest flips, from the loaded module's own jump table:
+/// its address from `/sys/module`, its size from the `.ko`, its entries from `/proc/kcore`.
+fn selftest_sites(kcore: &Kcore) -> Result<Vec<u64>, String> {
+    let path = format!("/sys/module/{SELFTEST}/sections/__jump_table");
+    let at = sys::read_text(&path)
+        .map_err(|e| format!("{path}: {e}"))
+        .and_then(|t| {
+            u64::from_str_radix(t.trim().trim_start_matches("0x"), 16).map_err(|e| e.to_string())
+        })?;
+    let ko = format!("{}/{SELFTEST}.ko", crate::MODULES);
+    let size = sys::read_file(&ko)
+        .map_err(|e| format!("{ko}: {e}"))
+        .and_then(|elf| {
+            elf_section_size(&elf, "__jump_table").ok_or(format!("{ko}: no __jump_table"))
+        })?;
+    let table = kcore
+        .read(at, size as usize)
+        .map_err(|e| format!("kcore at the jump table: {e}"))?;
+    let funcs = module_functions(SELFTEST)?;
+    let tested = |code: u64| {
+        let i = funcs.partition_point(|(a, _)| *a <= code);
+        let Some((start, name)) = i.checked_sub(1).and_then(|i| funcs.get(i)) else {
+            return false;
+        };
+        let end = funcs.get(i).map_or(start + 256, |(a, _)| *a);
+        code < end && name.contains("_key_static_")
+    };
+    let mut sites: Vec<u64> = jump_entry_codes(at, &table)
+        .into_iter()
+        .filter(|&c| tested(c))
+        .collect();
+    sites.sort_unstable();
+    sites.dedup();
+    if sites.is_empty() {
+        return Err(format!(
+            "no jump label site in {SELFTEST}'s test functions ({} entries)",
+            table.len() / 16
+        ));
+    }
+    Ok(sites)
+}
+
 /// The kernel's own static-key selftest (lib/test_static_keys.c, `CONFIG_TEST_STATIC_KEYS=m`),
 /// loaded while textpoke is the kernel's patcher. Its init flips keys of its own and of
 /// test_static_key_base with `static_key_slow_inc`/`_dec` and `static_branch_enable`/`_disable`,
 /// and checks every branch against `static_key_enabled()`: a mismatch fails the load with
-/// `EINVAL`. textpoke's kernel counters must show that the flips went through it, one record
-/// per site (`control_kernel_selftest_dropped_record_caught` drops some). Both modules are
+/// `EINVAL`. Every CPU's `PERF_RECORD_TEXT_POKE`s are recorded meanwhile, and checked against
+/// the module's text while it is loaded ([`selftest_records`]) at every jump label site of its
+/// test functions (from its jump table). textpoke's counters are logged only. Both modules are
 /// unloaded again.
-pub fn kernel_selftest_case() -> Case {
-    const NAME: &str = "kernel_static_keys_selftest";
+pub fn kernel_selftest_run(kcore: &Kcore) -> KernelCheck {
+    let mut rec = match Recorder::open(&RecorderConfig { data_pages: 256 }) {
+        Ok(r) => r,
+        Err(e) => return KernelCheck::Failed(format!("perf recorder: {e}")),
+    };
     let before = counters();
-    let loaded =
-        crate::load("test_static_key_base", "").and_then(|()| crate::load("test_static_keys", ""));
+    let loaded = crate::load(SELFTEST_BASE, "").and_then(|()| crate::load(SELFTEST, ""));
+    // While it is loaded: its sites and their text.
+    let sites = loaded.clone().and_then(|()| {
+        let sites = selftest_sites(kcore)?;
+        let now = sites
+            .iter()
+            .map(|&a| {
+                kcore
+                    .read(a, 8)
+                    .map(|t| (a, t))
+                    .map_err(|e| format!("kcore at {a:#x}: {e}"))
+            })
+            .collect::<Result<BTreeMap<u64, Vec<u8>>, String>>()?;
+        Ok((sites, now))
+    });
+    let drain = rec.drain();
     let moved = counters_moved(&before, &counters());
     let delta = |k: &str| moved.get(k).copied().unwrap_or(0);
     let detail = format!(
-        "through textpoke: {} batches, {} sites, {} records, {} syncs, {} failed, {} handed back",
+        "textpoke's counters: {} batches, {} sites, {} records, {} syncs, {} failed, {} handed back",
         delta("kernel.batches"),
         delta("kernel.sites"),
         delta("kernel.records"),
@@ -148,19 +395,37 @@ pub fn kernel_selftest_case() -> Case {
         delta("kernel.failed"),
         delta("kernel.declined"),
     );
-    log(&format!("kernel patching: {NAME}: {detail}"));
-    let unloaded: Result<(), String> = ["test_static_keys", "test_static_key_base"]
+    log(&format!(
+        "kernel patching: kernel_static_keys_selftest: {detail}"
+    ));
+    let unloaded: Result<(), String> = [SELFTEST, SELFTEST_BASE]
         .iter()
         .try_for_each(|m| sys::unload_module(m).map_err(|e| format!("unloading {m}: {e}")));
-    match (loaded, unloaded) {
-        (Ok(()), Ok(())) => Case::check(
-            NAME,
-            delta("kernel.sites") > 0
-                && delta("kernel.records") == delta("kernel.sites")
-                && delta("kernel.failed") == 0,
-            detail,
-        ),
-        (Err(e), _) | (_, Err(e)) => Case::fail(NAME, format!("{e}; {detail}")),
+    let (sites, now) = match (sites, unloaded) {
+        (Ok(s), Ok(())) => s,
+        (Err(e), _) | (_, Err(e)) => return KernelCheck::Failed(format!("{e}; {detail}")),
+    };
+    if !drain.is_clean() {
+        return KernelCheck::Failed(format!(
+            "perf may have lost records ({} lost, errors {:?}, {} full buffers)",
+            drain.lost_records, drain.errors, drain.full_buffers
+        ));
+    }
+    match selftest_records(&sites, &drain.pokes, &now, SELFTEST_MIN_RECORDS) {
+        Ok(n) => KernelCheck::Passed(format!(
+            "{n} records at the {} jump label sites of {SELFTEST}'s test functions chain, end at their text and number at least {SELFTEST_MIN_RECORDS} each; {detail}",
+            sites.len()
+        )),
+        Err(r) => KernelCheck::RecordsDisagree(format!("{r} ({} sites; {detail})", sites.len())),
+    }
+}
+
+/// [`kernel_selftest_run`] as a KTAP case.
+pub fn kernel_selftest_case(kcore: &Kcore) -> Case {
+    const NAME: &str = "kernel_static_keys_selftest";
+    match kernel_selftest_run(kcore) {
+        KernelCheck::Passed(line) => Case::pass(NAME).with_log(line),
+        KernelCheck::RecordsDisagree(e) | KernelCheck::Failed(e) => Case::fail(NAME, e),
     }
 }
 
@@ -302,10 +567,36 @@ impl Drop for Load {
 /// before and after, and checks the records against the text.
 fn transition(
     kcore: &Kcore,
-    (base, len): (u64, usize),
+    text: (u64, usize),
     busy: bool,
     action: impl FnOnce() -> Result<(), String>,
 ) -> Result<Transition, String> {
+    transition_checked(kcore, text, busy, action).map_err(|e| match e {
+        TransitionError::Replay(f) => f.to_string(),
+        TransitionError::Other(e) => e,
+    })
+}
+
+/// Why a transition's check failed: its records do not replay onto the text, or something
+/// else.
+enum TransitionError {
+    Replay(checks::ReplayFailure),
+    Other(String),
+}
+
+impl From<String> for TransitionError {
+    fn from(e: String) -> Self {
+        Self::Other(e)
+    }
+}
+
+/// [`transition`], with a replay that failed told apart.
+fn transition_checked(
+    kcore: &Kcore,
+    (base, len): (u64, usize),
+    busy: bool,
+    action: impl FnOnce() -> Result<(), String>,
+) -> Result<Transition, TransitionError> {
     let c0 = counters();
     // Room for the function tracer's pokes of every function (see `RecorderConfig`).
     let mut rec = Recorder::open(&RecorderConfig { data_pages: 1024 })
@@ -323,10 +614,10 @@ fn transition(
         .map_err(|e| format!("kcore after: {e}"))?;
     let c1 = counters();
     if !drain.is_clean() {
-        return Err(format!(
+        return Err(TransitionError::Other(format!(
             "perf may have lost records ({} lost, errors {:?}, {} full buffers)",
             drain.lost_records, drain.errors, drain.full_buffers
-        ));
+        )));
     }
     let all = drain.pokes.len();
     let end = base.saturating_add(len as u64);
@@ -340,7 +631,8 @@ fn transition(
     } else {
         copy_ftrace_literals(&mut before, &after)
     };
-    let replayed = checks::replay(base, &before, &after, &pokes)?;
+    let replayed =
+        checks::replay_checked(base, &before, &after, &pokes).map_err(TransitionError::Replay)?;
     one_record_per_change(&pokes)?;
     let delta = counters_moved(&c0, &c1);
     Ok(Transition {
@@ -506,16 +798,22 @@ pub(crate) fn filter(f: &str) -> Result<(), String> {
     std::fs::write(&path, f).map_err(|e| format!("writing {f:?} to {path}: {e}"))
 }
 
-/// `kernel.sched_schedstats` turned on through textpoke, checked (for the negative control).
-pub fn schedstats_case(kcore: &Kcore) -> Case {
-    match kernel_text() {
-        Ok(text) => {
-            through_textpoke("sched_schedstats_on", kcore, text, None, true, || {
-                schedstats(true)
-            })
-            .0
+/// `kernel.sched_schedstats` turned on through textpoke, its records replayed onto the kernel
+/// text (for the negative control): [`KernelCheck::RecordsDisagree`] only if the replay failed.
+pub fn schedstats_run(kcore: &Kcore) -> KernelCheck {
+    let text = match kernel_text() {
+        Ok(text) => text,
+        Err(e) => return KernelCheck::Failed(e),
+    };
+    match transition_checked(kcore, text, true, || schedstats(true)) {
+        Ok(t) => KernelCheck::Passed(format!(
+            "{} records replayed exactly onto the kernel text",
+            t.replayed
+        )),
+        Err(TransitionError::Replay(f)) => {
+            KernelCheck::RecordsDisagree(format!("the kcore replay failed: {f}"))
         }
-        Err(e) => Case::fail("sched_schedstats_on", e),
+        Err(TransitionError::Other(e)) => KernelCheck::Failed(e),
     }
 }
 
@@ -527,7 +825,7 @@ pub fn diagnostic(case: &Case) -> &str {
     }
 }
 
-/// Turns `kernel.sched_schedstats` off again after [`schedstats_case`], logging any failure.
+/// Turns `kernel.sched_schedstats` off again after [`schedstats_run`], logging any failure.
 pub fn schedstats_case_off(kcore: &Kcore) {
     let case = match kernel_text() {
         Ok(text) => {
@@ -554,7 +852,7 @@ pub fn cases(kcore: &Kcore) -> Case {
     };
     let mut c = Vec::new();
     module_keys(kcore, &mut c);
-    c.push(kernel_selftest_case());
+    c.push(kernel_selftest_case(kcore));
     pair(
         &mut c,
         ("sched_schedstats_on", "sched_schedstats_off"),
@@ -952,6 +1250,107 @@ mod tests {
         assert!(checks::replay(0x10, &before, &after, &[a.clone(), b.clone()]).is_ok());
         assert!(checks::replay(0x10, &before, &after, &[a.clone(), a, b.clone()]).is_err());
         assert!(checks::replay(0x10, &before, &after, &[b]).is_err());
+    }
+
+    fn timed(addr: u64, old: &[u8], new: &[u8], time: u64) -> TextPokeRec {
+        TextPokeRec {
+            time,
+            ..rec(addr, old, new)
+        }
+    }
+
+    #[test]
+    fn selftest_records_against_the_text() {
+        const NOP: &[u8] = &[0x66, 0x90];
+        const JMP: &[u8] = &[0xeb, 0x10];
+        let now = BTreeMap::from([
+            (0x100, [NOP, &[0xc3; 6]].concat()),
+            (0x200, [JMP, &[0xc3; 6]].concat()),
+        ]);
+        // 0x100 flipped and back; 0x200 set at load, flipped, flipped back.
+        let good = vec![
+            timed(0x200, NOP, JMP, 1),
+            timed(0x100, NOP, JMP, 2),
+            timed(0x200, JMP, NOP, 3),
+            timed(0x100, JMP, NOP, 4),
+            timed(0x200, NOP, JMP, 5),
+        ];
+        assert_eq!(selftest_records(&[0x100, 0x200], &good, &now, 2), Ok(5));
+        // The defect's way: every record of a batch's first site dropped. Here the dropped
+        // pair cancels out, and only the count sees it.
+        let dropped: Vec<_> = good
+            .iter()
+            .filter(|r| r.time != 2 && r.time != 4)
+            .cloned()
+            .collect();
+        assert_eq!(
+            selftest_records(&[0x100, 0x200], &dropped, &now, 2),
+            Err(SelftestRecords::TooFewRecords {
+                addr: 0x100,
+                records: 0
+            })
+        );
+        // One in the middle missing breaks the chain.
+        let middle: Vec<_> = good.iter().filter(|r| r.time != 3).cloned().collect();
+        assert!(matches!(
+            selftest_records(&[0x100, 0x200], &middle, &now, 2),
+            Err(SelftestRecords::ChainBroken { addr: 0x200, .. })
+        ));
+        // The last one missing leaves the records short of the text.
+        let last: Vec<_> = good.iter().filter(|r| r.time != 4).cloned().collect();
+        assert!(matches!(
+            selftest_records(&[0x100, 0x200], &last, &now, 1),
+            Err(SelftestRecords::FinalText { addr: 0x100, .. })
+        ));
+        // No records where the selftest changes the text: caught by the count.
+        assert!(selftest_records(&[0x100], &[], &now, 2).is_err());
+    }
+
+    /// A minimal little-endian ELF64 with a null section, `name` (`size` bytes) and the
+    /// section-name table.
+    fn elf_with(name: &str, size: u64) -> Vec<u8> {
+        let strings = [b"\0".as_slice(), name.as_bytes(), b"\0.shstrtab\0"].concat();
+        let shoff = 64 + strings.len();
+        let mut elf = vec![0u8; 64];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&2u16.to_le_bytes());
+        elf.extend_from_slice(&strings);
+        let header = |name_off: u32, offset: u64, size: u64| {
+            let mut h = vec![0u8; 64];
+            h[..4].copy_from_slice(&name_off.to_le_bytes());
+            h[0x18..0x20].copy_from_slice(&offset.to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+            h
+        };
+        elf.extend(header(0, 0, 0));
+        elf.extend(header(1, 0, size));
+        elf.extend(header(2 + name.len() as u32, 64, strings.len() as u64));
+        elf
+    }
+
+    #[test]
+    fn a_section_size_from_the_ko() {
+        let elf = elf_with("__jump_table", 48);
+        assert_eq!(elf_section_size(&elf, "__jump_table"), Some(48));
+        assert_eq!(elf_section_size(&elf, ".shstrtab"), Some(24));
+        assert_eq!(elf_section_size(&elf, "__jump"), None);
+        assert_eq!(elf_section_size(&elf[..40], "__jump_table"), None);
+        assert_eq!(elf_section_size(b"not an elf", "__jump_table"), None);
+    }
+
+    #[test]
+    fn jump_entries_are_relative_to_themselves() {
+        let mut table = Vec::new();
+        for code in [-0x100i32, 0x40] {
+            table.extend_from_slice(&code.to_le_bytes());
+            table.extend_from_slice(&[0; 12]);
+        }
+        assert_eq!(jump_entry_codes(0x1000, &table), [0xf00, 0x1050]);
+        // A partial entry is no entry.
+        assert_eq!(jump_entry_codes(0x1000, &table[..20]), [0xf00]);
     }
 
     #[test]

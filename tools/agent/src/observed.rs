@@ -154,7 +154,7 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     };
     let line = summary(&c, &v);
     crate::log(&format!("observer: {line}"));
-    let scenario = scenario::judge("scenario", SPEC, &ev, sites);
+    let scenario = scenario::judge("scenario", SPEC, 1, &ev, sites);
     let children = vec![
         scenario,
         Case::check(

@@ -2,12 +2,13 @@
 //! it, then judge the evidence.
 //!
 //! Every check compares the engine's work with evidence the engine does not produce: the
-//! records as perf delivered them, the text itself through `/proc/kcore`, and the executions as
-//! the exerciser's executors observed them (paths taken, traps seen on their own CPU). The
-//! engine's own log of records is compared too, but only as one more check, never as the
-//! reference.
+//! records as perf delivered them, the text itself through `/proc/kcore`, the changes the
+//! exerciser asked for (its `batches` file), and the executions as the exerciser's executors
+//! observed them (paths taken, and traps as the CPU itself tells them: a mark left below the
+//! stack pointer that only an exception entry overwrites). textpoke's own counters and its log
+//! of records are logged as context, never judged.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use textpoke_agent::checks;
 use textpoke_agent::exerciser::{self, BatchLine, Site};
 use textpoke_agent::kcore::Kcore;
@@ -92,6 +93,8 @@ pub struct Evidence {
     pub execs: Vec<ExecRecord>,
     /// textpoke's counters before and after.
     pub stats: (BTreeMap<String, String>, BTreeMap<String, String>),
+    /// How the ordering check tells a trap (see [`checks::TrapEvidence`]).
+    pub traps: checks::TrapEvidence,
 }
 
 /// The addresses of every exerciser site.
@@ -145,7 +148,13 @@ impl Evidence {
             });
         }
         let windows = checks::windows_by_site(&self.batches);
-        Ok(checks::check_ordering(sites, &lines, &windows, &self.execs))
+        Ok(checks::check_ordering(
+            sites,
+            &lines,
+            &windows,
+            &self.execs,
+            self.traps,
+        ))
     }
 }
 
@@ -163,6 +172,14 @@ pub fn run_observed(
     observe: Option<observer::Config>,
 ) -> Result<(Evidence, Option<observer::Collected>), String> {
     let (base, len) = region(sites);
+    // On arm64 the observer's breakpoints are debug exceptions taken on the executors' own
+    // stacks: the CPU's word alone cannot tell them from traps there (x86 takes them on a
+    // stack of their own).
+    let traps = if observe.is_some() && cfg!(target_arch = "aarch64") {
+        checks::TrapEvidence::CpuAndEngine
+    } else {
+        checks::TrapEvidence::Cpu
+    };
     clear_engine_log()?;
     let stats_before = engine_stats()?;
     let before = kcore
@@ -192,14 +209,16 @@ pub fn run_observed(
         batches: exerciser::batches().map_err(|e| format!("batches: {e}"))?,
         execs: exerciser::executions().map_err(|e| format!("executions: {e}"))?,
         stats: (stats_before, engine_stats()?),
+        traps,
     };
     Ok((ev, observed))
 }
 
-/// Runs a scenario and judges it, as a KTAP subtest.
-pub fn case(name: &str, spec: &str, sites: &[Site], kcore: &Kcore) -> Case {
+/// Runs a scenario and judges it, as a KTAP subtest, wanting at least `min_trapped` trapped
+/// executions of every guarded kind.
+pub fn case(name: &str, spec: &str, min_trapped: u64, sites: &[Site], kcore: &Kcore) -> Case {
     match run(spec, sites, kcore) {
-        Ok(ev) => judge(name, spec, &ev, sites),
+        Ok(ev) => judge(name, spec, min_trapped, &ev, sites),
         Err(e) => Case::fail(name, e),
     }
 }
@@ -213,10 +232,157 @@ fn zero(name: &str, value: Result<u64, String>, what: &str) -> Case {
     }
 }
 
-/// The checks of one scenario's evidence.
-pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
+/// The key kinds of the exerciser's pools on arm64 (`aarch64`) or x86, in the order the
+/// scenarios' keys take them (samples/exerciser/scenario.rs, `KEY_KINDS`, by the names its
+/// `sites` file gives them); with [`call_kind`], every kind the pools have.
+pub fn key_kinds(aarch64: bool) -> &'static [&'static str] {
+    if aarch64 {
+        &["b", "ret", "mov_x9_x30"]
+    } else {
+        &["jmp32", "jmp8", "ret"]
+    }
+}
+
+/// The ftrace group's kind.
+pub fn call_kind(aarch64: bool) -> &'static str {
+    if aarch64 {
+        "bl"
+    } else {
+        "call"
+    }
+}
+
+/// The kinds scenario `spec` changes, fixed before it runs: key `k` takes the `k`-th key kind
+/// (round robin), the ftrace group the call kind. A spec that cannot be read plans none (the
+/// exerciser refuses it, and the run fails).
+pub fn spec_kinds(spec: &str, aarch64: bool) -> Vec<&'static str> {
+    let value = |key: &str| {
+        spec.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    let (keys, sites, ftrace) = (value("keys"), value("sites"), value("ftrace"));
+    let mut out: Vec<&'static str> = Vec::new();
+    if sites > 0 {
+        for k in key_kinds(aarch64).iter().take(keys) {
+            out.push(k);
+        }
+    }
+    if ftrace > 0 {
+        out.push(call_kind(aarch64));
+    }
+    out
+}
+
+/// Per site: (changes the exerciser's batches asked for, records perf delivered).
+pub fn changes_and_records(
+    batches: &[BatchLine],
+    sites: &[Site],
+    pokes: &[TextPokeRec],
+) -> BTreeMap<usize, (u64, u64)> {
+    let mut out: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
+    for b in batches {
+        for &(i, _) in &b.changes {
+            out.entry(i).or_default().0 += 1;
+        }
+    }
+    let by_addr: HashMap<u64, usize> = sites.iter().map(|s| (s.addr, s.index)).collect();
+    for p in pokes {
+        if let Some(&i) = by_addr.get(&p.addr) {
+            out.entry(i).or_default().1 += 1;
+        }
+    }
+    out
+}
+
+/// One record per change the exerciser asked for, site by site, and some changes at all.
+pub fn one_record_per_change(
+    batches: &[BatchLine],
+    sites: &[Site],
+    pokes: &[TextPokeRec],
+) -> Result<String, String> {
+    let counts = changes_and_records(batches, sites, pokes);
+    let changes: u64 = counts.values().map(|c| c.0).sum();
+    let records: u64 = counts.values().map(|c| c.1).sum();
+    let off: Vec<String> = counts
+        .iter()
+        .filter(|(_, (c, r))| c != r)
+        .take(8)
+        .map(|(i, (c, r))| format!("site {i}: {c} changes, {r} records"))
+        .collect();
+    if changes == 0 {
+        return Err("the batches asked for no change".into());
+    }
+    if !off.is_empty() {
+        return Err(format!(
+            "{records} records for {changes} changes: {}",
+            off.join("; ")
+        ));
+    }
+    Ok(format!(
+        "{records} records for the {changes} changes the batches asked for, site by site"
+    ))
+}
+
+/// The guard as a site's first bytes show it.
+fn guard() -> &'static [u8] {
+    if cfg!(target_arch = "aarch64") {
+        &[0x00, 0x01, 0x20, 0xd4]
+    } else {
+        &[0xcc]
+    }
+}
+
+/// The sites whose text in `after` (a snapshot from `base`) starts with `guard`.
+pub fn guards_left(sites: &[Site], base: u64, after: &[u8], guard: &[u8]) -> Vec<u64> {
+    sites
+        .iter()
+        .filter(|s| {
+            usize::try_from(s.addr.wrapping_sub(base))
+                .ok()
+                .and_then(|at| after.get(at..at + guard.len()))
+                .is_some_and(|t| t == guard)
+        })
+        .map(|s| s.addr)
+        .collect()
+}
+
+/// The executions whose two trap bits disagree, from the executors' counters over every
+/// execution (`seen_only.KIND`: the CPU saw an exception textpoke did not count;
+/// `counted_only.KIND`: textpoke counted a trap the CPU did not see) and from the logged
+/// executions: `(seen only, counted only)`. textpoke.h promises `textpoke_cpu_traps()` counts
+/// exactly this CPU's traps on module sites' guards.
+pub fn trap_bits_disagree(
+    result: &BTreeMap<String, String>,
+    kinds: &[&str],
+    execs: &[ExecRecord],
+) -> Result<(u64, u64), String> {
+    let (mut seen, mut counted) = (0, 0);
+    for kind in kinds {
+        seen += exerciser::number(result, &format!("seen_only.{kind}"))?;
+        counted += exerciser::number(result, &format!("counted_only.{kind}"))?;
+    }
+    // The logged executions are among those counted, but their bits come to the agent as
+    // they were recorded: a counter that missed one shows here.
+    let logged_seen = execs
+        .iter()
+        .filter(|e| e.cpu_trapped() && !e.counted())
+        .count() as u64;
+    let logged_counted = execs
+        .iter()
+        .filter(|e| e.counted() && !e.cpu_trapped())
+        .count() as u64;
+    Ok((seen.max(logged_seen), counted.max(logged_counted)))
+}
+
+/// The checks of one scenario's evidence; every guarded kind must have at least `min_trapped`
+/// trapped executions.
+pub fn judge(name: &str, spec: &str, min_trapped: u64, ev: &Evidence, sites: &[Site]) -> Case {
     let ours = ev.site_pokes(sites);
     let (base, _) = region(sites);
+    let aarch64 = cfg!(target_arch = "aarch64");
+    let kinds = spec_kinds(spec, aarch64);
     let mut children = Vec::new();
     let committed = ev.batches.iter().filter(|b| b.errno == 0).count();
     children.push(Case::check(
@@ -236,29 +402,33 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
             ev.drain.lost_records, ev.drain.lost_events, ev.drain.full_buffers, ev.drain.errors
         ),
     ));
-    let changed: u64 = ev.batches.iter().map(|b| b.sites).sum();
-    children.push(Case::check(
-        "one_record_per_site_change",
-        ours.len() as u64 == changed && changed > 0,
-        format!("{} records for {changed} site changes", ours.len()),
-    ));
+    let engine_sites: u64 = ev.batches.iter().map(|b| b.sites).sum();
+    children.push(
+        match one_record_per_change(&ev.batches, sites, &ours) {
+            Ok(line) => Case::pass("one_record_per_site_change").with_log(line),
+            Err(e) => Case::fail("one_record_per_site_change", e),
+        }
+        .with_log(format!(
+            "textpoke's batch stats say {engine_sites} sites changed"
+        )),
+    );
+    let engine_log = match &ev.engine {
+        Ok(engine) => match checks::same_pokes("perf", &ours, "engine log", engine) {
+            Ok(n) => format!("textpoke's own log of records agrees with perf's ({n} records)"),
+            Err(e) => format!("textpoke's own log of records differs from perf's: {e}"),
+        },
+        Err(e) => format!("textpoke's own log of records: {e}"),
+    };
     children.push(
         match checks::records_match_text(sites, base, &ev.before, &ev.after, &ours) {
             Ok(n) => Case::pass("records_match_text").with_log(format!(
                 "{n} records chain from the text before to the text after"
             )),
             Err(e) => Case::fail("records_match_text", e),
-        },
+        }
+        // Context only: the engine's word is no evidence.
+        .with_log(engine_log),
     );
-    children.push(match &ev.engine {
-        Ok(engine) => match checks::same_pokes("perf", &ours, "engine log", engine) {
-            Ok(n) => {
-                Case::pass("records_match_engine_log").with_log(format!("{n} records matched"))
-            }
-            Err(e) => Case::fail("records_match_engine_log", e),
-        },
-        Err(e) => Case::fail("records_match_engine_log", e.clone()),
-    });
     children.push(match checks::replay(base, &ev.before, &ev.after, &ours) {
         Ok(n) => Case::pass("kcore_replay_exact")
             .with_log(format!("{n} records replayed onto the kcore snapshot")),
@@ -275,14 +445,15 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
                 "ordering_no_violations",
                 r.violations == 0 && r.checked > 0,
                 format!(
-                    "{} violations in {} executions: {:?}",
-                    r.violations, r.checked, r.examples
+                    "{} violations in {} executions ({:?}): {:?}",
+                    r.violations, r.checked, r.by_violation, r.examples
                 ),
             )
             .with_log(format!(
-                "{} executions checked against {} records",
+                "{} executions checked against {} records, traps as {:?} tells them",
                 r.checked,
-                ours.len()
+                ours.len(),
+                ev.traps
             ));
             if r.multi_batch > 0 {
                 c = c.with_log(format!(
@@ -305,29 +476,67 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
         }
         Err(e) => children.push(Case::fail("ordering_no_violations", e)),
     }
-    for key in ev.result.keys() {
-        let Some(kind) = key.strip_prefix("executions.") else {
-            continue;
-        };
-        if ev.result(key).unwrap_or(0) == 0 {
-            continue;
-        }
-        let trapped = ev.result(&format!("trapped.{kind}"));
-        children.push(if parked_kinds().contains(&kind) {
-            zero(
-                &format!("parked_never_trapped_{kind}"),
-                trapped,
-                "executions trapped on a site only ever changed with the other CPUs parked",
-            )
-        } else {
-            match trapped {
-                Ok(n) => Case::check(
-                    format!("trap_path_taken_{kind}"),
-                    n > 0,
-                    format!("no {kind} execution trapped: the guarded window was never hit"),
-                ),
-                Err(e) => Case::fail(format!("trap_path_taken_{kind}"), e),
+    children.push(
+        match trap_bits_disagree(&ev.result, &kinds, &ev.execs) {
+            Ok((seen, counted)) => {
+                let line = format!(
+                    "{seen} executions the CPU saw trap and textpoke did not count, {counted} textpoke counted and the CPU did not see"
+                );
+                match ev.traps {
+                    checks::TrapEvidence::Cpu => {
+                        Case::check("trap_bits_agree", seen == 0 && counted == 0, line)
+                    }
+                    // The observer's breakpoint hits are exceptions textpoke rightly does not
+                    // count: only the other direction is a contradiction.
+                    checks::TrapEvidence::CpuAndEngine => Case::check(
+                        "trap_bits_agree",
+                        counted == 0,
+                        line.clone(),
+                    )
+                    .with_log(format!("under the observer's breakpoints: {line}")),
+                }
             }
+            Err(e) => Case::fail("trap_bits_agree", e),
+        },
+    );
+    children.push(zero(
+        "stack_mark_sound",
+        ev.result("mark_misplaced"),
+        "executions whose stack mark was set and read at different stack pointers",
+    ));
+    let trapped_key = match ev.traps {
+        checks::TrapEvidence::Cpu => "trapped",
+        checks::TrapEvidence::CpuAndEngine => "trapped_counted",
+    };
+    for kind in &kinds {
+        let ran = ev.result(&format!("executions.{kind}"));
+        let trapped = ev.result(&format!("{trapped_key}.{kind}"));
+        let parked = parked_kinds().contains(kind);
+        let name = if parked {
+            format!("parked_never_trapped_{kind}")
+        } else {
+            format!("trap_path_taken_{kind}")
+        };
+        children.push(match (ran, trapped) {
+            (Ok(0), _) => Case::fail(
+                name,
+                format!("no {kind} execution ran: the scenario plans {kind} sites"),
+            ),
+            (Ok(_), Ok(n)) if parked => Case::check(
+                name,
+                n == 0,
+                format!("{n} executions trapped on a site only ever changed with the other CPUs parked"),
+            ),
+            (Ok(runs), Ok(n)) => Case::check(
+                name,
+                n >= min_trapped.max(1),
+                format!(
+                    "{n} of {runs} {kind} executions trapped, fewer than {}: the guarded window was not hit enough",
+                    min_trapped.max(1)
+                ),
+            )
+            .with_log(format!("{n} of {runs} {kind} executions trapped (the CPU's word)")),
+            (Err(e), _) | (_, Err(e)) => Case::fail(name, e),
         });
     }
     if spec.contains("pokers=") && !spec.contains("pokers=1") {
@@ -352,16 +561,32 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
         ev.result("log_dropped"),
         "executions during batches did not fit in the log and went unchecked",
     ));
+    let late_key = match ev.traps {
+        checks::TrapEvidence::Cpu => "late_traps",
+        checks::TrapEvidence::CpuAndEngine => "late_traps_counted",
+    };
     children.push(zero(
         "no_late_traps",
-        ev.result("late_traps"),
-        "executions outside batches trapped on a guard",
+        ev.result(late_key),
+        "executions outside batches trapped (the CPU's word) on a guard",
     ));
-    children.push(zero(
-        "no_vanished_guards",
-        ev.stat_delta("traps.vanished_guard"),
-        "traps on guards already replaced",
-    ));
+    let left = guards_left(sites, base, &ev.after, guard());
+    children.push(
+        Case::check(
+            "no_guard_left",
+            left.is_empty(),
+            format!(
+                "{} sites hold a guard after the scenario: {:#x?}",
+                left.len(),
+                left.iter().take(8).collect::<Vec<_>>()
+            ),
+        )
+        .with_log(format!(
+            "textpoke counted {} traps on guards already replaced",
+            ev.stat_delta("traps.vanished_guard")
+                .map_or_else(|e| e, |n| n.to_string())
+        )),
+    );
     let mut case = Case::group(name, children).with_log(format!("spec {spec}"));
     for key in [
         "batches",
@@ -377,4 +602,118 @@ pub fn judge(name: &str, spec: &str, ev: &Evidence, sites: &[Site]) -> Case {
         ));
     }
     case
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(index: usize, kind: &str, addr: u64) -> Site {
+        Site {
+            index,
+            kind: kind.into(),
+            addr,
+            len: 5,
+            off: vec![0x0f, 0x1f, 0x44, 0, 0],
+            on: vec![0xe9, 1, 0, 0, 0],
+        }
+    }
+
+    fn rec(addr: u64) -> TextPokeRec {
+        TextPokeRec {
+            addr,
+            ..TextPokeRec::default()
+        }
+    }
+
+    fn batch(changes: &[(usize, u8)]) -> BatchLine {
+        BatchLine {
+            changes: changes.to_vec(),
+            sites: changes.len() as u64,
+            ..BatchLine::default()
+        }
+    }
+
+    #[test]
+    fn kinds_are_planned_from_the_spec() {
+        assert_eq!(
+            spec_kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", false),
+            ["jmp32", "jmp8", "ret", "call"]
+        );
+        assert_eq!(
+            spec_kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", true),
+            ["b", "ret", "mov_x9_x30", "bl"]
+        );
+        assert_eq!(spec_kinds("keys=1 sites=8 flips=51 pokers=1", true), ["b"]);
+        assert_eq!(spec_kinds("ftrace=4 flips=1", false), ["call"]);
+        assert!(spec_kinds("nonsense", false).is_empty());
+        // Every parked kind is a key kind: the scenarios reach it.
+        for k in ["ret", "mov_x9_x30"] {
+            assert!(key_kinds(true).contains(&k));
+        }
+    }
+
+    #[test]
+    fn the_test_suites_scenarios_use_every_kind_of_both_arches() {
+        for aarch64 in [false, true] {
+            let mut all: Vec<&str> = key_kinds(aarch64).to_vec();
+            all.push(call_kind(aarch64));
+            for (_, spec, _) in crate::SCENARIOS {
+                assert_eq!(spec_kinds(spec, aarch64), all, "{spec}");
+            }
+        }
+    }
+
+    #[test]
+    fn records_are_counted_per_change_site_by_site() {
+        let sites = [site(0, "jmp32", 0x100), site(1, "jmp32", 0x110)];
+        let batches = [batch(&[(0, 1), (1, 1)]), batch(&[(0, 0)])];
+        let good = [rec(0x100), rec(0x110), rec(0x100)];
+        assert!(one_record_per_change(&batches, &sites, &good).is_ok());
+        // As many records in all, but one site has two for one change.
+        let skewed = [rec(0x100), rec(0x100), rec(0x100)];
+        assert!(one_record_per_change(&batches, &sites, &skewed).is_err());
+        // One missing.
+        assert!(one_record_per_change(&batches, &sites, &good[..2]).is_err());
+        // No change at all is no pass.
+        assert!(one_record_per_change(&[], &sites, &[]).is_err());
+    }
+
+    #[test]
+    fn guards_left_in_the_text() {
+        let sites = [site(0, "jmp32", 0x100), site(1, "jmp32", 0x105)];
+        let mut after = vec![0x0f, 0x1f, 0x44, 0, 0, 0xe9, 1, 0, 0, 0];
+        assert!(guards_left(&sites, 0x100, &after, &[0xcc]).is_empty());
+        after[5] = 0xcc;
+        assert_eq!(guards_left(&sites, 0x100, &after, &[0xcc]), [0x105]);
+    }
+
+    #[test]
+    fn trap_bits_must_agree() {
+        let result = |seen: u64, counted: u64| -> BTreeMap<String, String> {
+            BTreeMap::from([
+                ("seen_only.jmp32".to_owned(), seen.to_string()),
+                ("counted_only.jmp32".to_owned(), counted.to_string()),
+            ])
+        };
+        assert_eq!(
+            trap_bits_disagree(&result(0, 0), &["jmp32"], &[]),
+            Ok((0, 0))
+        );
+        assert_eq!(
+            trap_bits_disagree(&result(2, 1), &["jmp32"], &[]),
+            Ok((2, 1))
+        );
+        // A counter the executor does not show is an error, not a zero.
+        assert!(trap_bits_disagree(&result(0, 0), &["jmp32", "jmp8"], &[]).is_err());
+        // Logged executions count too.
+        let e = ExecRecord {
+            trap: textpoke_agent::uapi::TRAP_COUNTED,
+            ..ExecRecord::default()
+        };
+        assert_eq!(
+            trap_bits_disagree(&result(0, 0), &["jmp32"], &[e]),
+            Ok((0, 1))
+        );
+    }
 }

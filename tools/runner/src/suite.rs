@@ -304,6 +304,15 @@ fn harness(name: &str, check: &str, expect: Verdict, expect_log: Option<&str>) -
     }
 }
 
+/// What the agent logs right before it hangs on purpose (tools/agent/src/main.rs).
+pub const HANG_LOG: &str = "textpoke-agent: hanging on purpose: the runner must time out";
+
+/// What the outsider prints when a foreign `BRK #0x008` returned (samples/textpoke_outsider.c):
+/// only the kernel can print it, and only after the BRK was swallowed, so a boot in which no
+/// BRK ran (a module or the defect switch failed to load or set) cannot pass for a catch.
+pub const SWALLOWED_LOG: &str =
+    "textpoke_outsider: a BRK #0x008 that is not textpoke's was swallowed";
+
 /// Kernel arguments of the KASAN boots (see [`plan`]).
 const KASAN_APPEND: &str = "preempt=none rcupdate.rcu_cpu_stall_timeout=300";
 
@@ -429,7 +438,9 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             Verdict::NotOk,
             Some("a_test_that_fails"),
         ));
-        let mut hang = harness("hang", "hang", Verdict::Timeout, None);
+        // The agent's last line before it hangs: a kernel that hangs before the agent starts
+        // times out too, and must not count.
+        let mut hang = harness("hang", "hang", Verdict::Timeout, Some(HANG_LOG));
         hang.timeout = 40;
         boots.push(hang);
         boots.push(harness(
@@ -462,7 +473,7 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             "foreign-brk-swallowed",
             "foreign_brk_swallowed",
             Verdict::NotOk,
-            Some("it was swallowed"),
+            Some(SWALLOWED_LOG),
         );
         swallowed.arch = Arch::Arm64;
         boots.push(swallowed);
@@ -956,6 +967,60 @@ mod tests {
         assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
         // One arch: its boots and its own harness checks only.
         assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 5);
+    }
+
+    #[test]
+    fn harness_boots_need_a_line_only_their_cause_prints() {
+        use crate::judge::Outcome;
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let boot = |name: &str| m.boots.iter().find(|b| b.name == name).unwrap().clone();
+        let hang = boot("harness-hang");
+        assert_eq!(hang.expect_log.as_deref(), Some(HANG_LOG));
+        let swallowed = boot("harness-foreign-brk-swallowed");
+        assert_eq!(swallowed.expect_log.as_deref(), Some(SWALLOWED_LOG));
+        // The unswallowed one stays with the kernel's own report.
+        assert_eq!(
+            boot("harness-foreign-brk").expect_log.as_deref(),
+            Some("Oops - BRK")
+        );
+        // A kernel that hangs before the agent starts times out too: no catch.
+        let early = "[    0.000000] Linux version 6.12.0\n[    1.0] Run /init as init process\n";
+        let j = judge::judge(early, &Outcome::TimedOut(40), &hang.require);
+        assert_eq!(j.verdict, Verdict::Timeout);
+        assert!(!judge::check(&j, early, hang.expect, hang.expect_log.as_deref()).0);
+        let agent = format!("{early}[    2.0] {HANG_LOG}\n");
+        let j = judge::judge(&agent, &Outcome::TimedOut(40), &hang.require);
+        assert!(judge::check(&j, &agent, hang.expect, hang.expect_log.as_deref()).0);
+        // A swallowed-BRK boot whose BRK never ran (the debug module failed to load) fails as
+        // not ok too, but without the outsider's line it is no catch.
+        let no_brk =
+            "[    1.0] KTAP version 1\n[    1.0] 1..1\n[    1.0] not ok 1 foreign_brk_setup\n\
+                      [    2.0] reboot: Restarting system\n";
+        let j = judge::judge(no_brk, &Outcome::Exited(0), &swallowed.require);
+        assert_eq!(j.verdict, Verdict::NotOk);
+        assert!(
+            !judge::check(
+                &j,
+                no_brk,
+                swallowed.expect,
+                swallowed.expect_log.as_deref()
+            )
+            .0
+        );
+        let caught = format!(
+            "[    1.0] {SWALLOWED_LOG}\n[    1.1] KTAP version 1\n[    1.1] 1..1\n\
+             [    1.1] not ok 1 foreign_brk_reported\n[    2.0] reboot: Restarting system\n"
+        );
+        let j = judge::judge(&caught, &Outcome::Exited(0), &swallowed.require);
+        assert!(
+            judge::check(
+                &j,
+                &caught,
+                swallowed.expect,
+                swallowed.expect_log.as_deref()
+            )
+            .0
+        );
     }
 
     #[test]
