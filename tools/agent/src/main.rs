@@ -231,15 +231,15 @@ const MIN_TRAPPED_ONE_POKER: u64 = 1000;
 
 fn test_suite(ktap: &mut Ktap) {
     let controls = sys::cmdline_param("textpoke.controls").as_deref() != Some("0");
-    let plan = plan::Plan::test(controls);
+    // The kernel's own suites (`textpoke.kselftest=1`: the boots the runner plans them for).
+    let suites = sys::cmdline_param("textpoke.kselftest").as_deref() == Some("1");
+    let plan = plan::Plan::test(controls, suites);
     if !controls {
         log("textpoke.controls=0: this boot plans no negative_controls group");
     }
     let mut cases = Vec::new();
-    // The kernel's own suites on the stock path first, before textpoke is ever loaded
-    // (`textpoke.kselftest=1`: the boots the runner plans them for).
-    let kernel_suites =
-        (sys::cmdline_param("textpoke.kselftest").as_deref() == Some("1")).then(kselftest::stock);
+    // On the stock path first, before textpoke is ever loaded.
+    let kernel_suites = suites.then(kselftest::stock);
     let (loaded, selftest) = load_textpoke("");
     cases.push(Case::check(
         "load_textpoke",

@@ -26,6 +26,8 @@ pub enum Planned {
     BadInput,
     /// outsider.rs.
     Outsider,
+    /// kselftest.rs, in a boot that runs the kernel's own suites.
+    KernelSuites,
     /// kernel_patching.rs.
     KernelPatching,
     /// controls.rs, in a boot that runs them.
@@ -55,6 +57,7 @@ impl Planned {
             Self::RealPerfSeesKernelFtracePokes => "real_perf_sees_kernel_ftrace_pokes",
             Self::BadInput => "bad_input",
             Self::Outsider => "outsider",
+            Self::KernelSuites => "kernel_suites",
             Self::KernelPatching => "kernel_patching",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
@@ -78,8 +81,9 @@ pub struct Plan {
 
 impl Plan {
     /// `textpoke.mode=test`; `controls` says whether the boot runs the negative controls
-    /// (`textpoke.controls=0` turns them off: the KASAN boots).
-    pub fn test(controls: bool) -> Self {
+    /// (`textpoke.controls=0` turns them off: the KASAN boots), `kernel_suites` whether it runs
+    /// the kernel's own suites (`textpoke.kselftest=1`: one boot per arch).
+    pub fn test(controls: bool, kernel_suites: bool) -> Self {
         let mut cases = vec![
             Planned::LoadTextpoke,
             Planned::LoadExerciser,
@@ -92,8 +96,11 @@ impl Plan {
             Planned::RealPerfSeesKernelFtracePokes,
             Planned::BadInput,
             Planned::Outsider,
-            Planned::KernelPatching,
         ]);
+        if kernel_suites {
+            cases.push(Planned::KernelSuites);
+        }
+        cases.push(Planned::KernelPatching);
         if controls {
             cases.push(Planned::NegativeControls);
         }
@@ -189,12 +196,16 @@ mod tests {
     }
 
     #[test]
-    fn the_test_plan_depends_on_the_controls_switch_only() {
-        let with = Plan::test(true);
-        let without = Plan::test(false);
+    fn the_test_plan_depends_on_the_controls_and_suites_switches_only() {
+        let with = Plan::test(true, false);
+        let without = Plan::test(false, false);
         assert!(with.cases.contains(&Planned::NegativeControls));
         assert!(!without.cases.contains(&Planned::NegativeControls));
         assert_eq!(with.cases.len(), without.cases.len() + 1);
+        let suites = Plan::test(true, true);
+        assert!(suites.cases.contains(&Planned::KernelSuites));
+        assert!(!with.cases.contains(&Planned::KernelSuites));
+        assert_eq!(suites.cases.len(), with.cases.len() + 1);
         assert_eq!(with.cases.first().map(|c| c.name()), Some("load_textpoke"));
         for (i, s) in crate::SCENARIOS.iter().enumerate() {
             assert_eq!(Planned::Scenario(i).name(), s.0);
