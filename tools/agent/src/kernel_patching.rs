@@ -1002,8 +1002,11 @@ fn instance_cases(kcore: &Kcore, text: (u64, usize), c: &mut Vec<Case>) {
     }
 }
 
-/// The kernel's module the function tracer meets as it loads (lib/test_static_key_base.c).
-const TRACED_MODULE: &str = "test_static_key_base";
+/// The kernel's module the function tracer meets as it loads (lib/test_static_keys.c: its
+/// functions outlive its init), after the module it needs ([`TRACED_MODULE_BASE`]).
+const TRACED_MODULE: &str = "test_static_keys";
+/// What [`TRACED_MODULE`] needs loaded first (lib/test_static_key_base.c).
+const TRACED_MODULE_BASE: &str = "test_static_key_base";
 
 /// The ftrace call sites of module `name`: `(address, function)` from
 /// `available_filter_functions_addrs`.
@@ -1040,6 +1043,8 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
     let run = || -> Result<String, String> {
         let mut rec = Recorder::open(&RecorderConfig { data_pages: 256 })
             .map_err(|e| format!("perf recorder: {e}"))?;
+        crate::load(TRACED_MODULE_BASE, "")?;
+        let _ = rec.drain();
         crate::load(TRACED_MODULE, "")?;
         let calls = module_call_sites(TRACED_MODULE);
         let texts: Result<Vec<Vec<u8>>, String> =
@@ -1050,8 +1055,9 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
                     .collect()
             });
         let loaded = rec.drain();
-        let unloaded = sys::unload_module(TRACED_MODULE)
-            .map_err(|e| format!("unloading {TRACED_MODULE}: {e}"));
+        let unloaded = [TRACED_MODULE, TRACED_MODULE_BASE]
+            .iter()
+            .try_for_each(|m| sys::unload_module(m).map_err(|e| format!("unloading {m}: {e}")));
         let unload_drain = rec.drain();
         let (calls, texts) = (calls?, texts?);
         unloaded?;
