@@ -30,7 +30,7 @@ use crate::engine::{self, Engine, Entry};
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::plan::Change;
-use crate::series::{Common, PatcherRegistration, TextHeld, TextPatcherOps};
+use crate::series::{text_patcher_ops, Common, PatcherRegistration, TextHeld};
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use kernel::{ffi::c_void, prelude::*};
@@ -259,7 +259,7 @@ pub(crate) fn wanted() -> bool {
 }
 
 /// textpoke's patcher.
-static OPS: TextPatcherOps = TextPatcherOps {
+static OPS: text_patcher_ops = text_patcher_ops {
     queue: textpoke_patcher_queue,
     apply: textpoke_patcher_apply,
 };

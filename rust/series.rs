@@ -41,8 +41,14 @@ type UnregisterTrap = unsafe extern "C" fn(TrapFn);
 /// `struct text_patcher_ops` (include/linux/text_patcher.h, patch 0008): the kernel's jump label
 /// and ftrace updates, handed to a patcher. kernel/exports.c checks this layout against the
 /// header where the header exists.
+///
+/// Named as in C: with control-flow integrity (`CONFIG_CFI_CLANG`) every indirect call checks
+/// a hash of the callee's type, in which a `#[repr(C)]` struct is its bare name, so a pointer to
+/// this mirror must hash as a pointer to the C struct (`register_text_patcher()`, called through
+/// the pointer `__symbol_get` returns, checks it).
+#[allow(non_camel_case_types)]
 #[repr(C)]
-pub(crate) struct TextPatcherOps {
+pub(crate) struct text_patcher_ops {
     /// `queue(addr, insn, len)`: takes the change over (true) or hands it back (false).
     pub(crate) queue: unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> bool,
     /// `apply()`: completes every change taken since the last apply.
@@ -50,16 +56,16 @@ pub(crate) struct TextPatcherOps {
 }
 
 // The mirror's layout, as kernel/exports.c asserts it for `struct text_patcher_ops`.
-kernel::static_assert!(core::mem::size_of::<TextPatcherOps>() == 16);
-kernel::static_assert!(core::mem::offset_of!(TextPatcherOps, apply) == 8);
+kernel::static_assert!(core::mem::size_of::<text_patcher_ops>() == 16);
+kernel::static_assert!(core::mem::offset_of!(text_patcher_ops, apply) == 8);
 
 /// `register_text_patcher(ops, owner)` (patch 0008).
 type RegisterPatcher = unsafe extern "C" fn(
-    *const TextPatcherOps,
+    *const text_patcher_ops,
     *mut kernel::bindings::module,
 ) -> kernel::ffi::c_int;
 /// `unregister_text_patcher(ops)` (patch 0008).
-type UnregisterPatcher = unsafe extern "C" fn(*const TextPatcherOps);
+type UnregisterPatcher = unsafe extern "C" fn(*const text_patcher_ops);
 
 /// Looks exports up by name and remembers which were missing.
 pub(crate) struct Resolver {
@@ -253,7 +259,7 @@ impl Common {
     /// must be the module they belong to.
     pub(crate) unsafe fn register_patcher(
         &self,
-        ops: &'static TextPatcherOps,
+        ops: &'static text_patcher_ops,
         owner: *mut kernel::bindings::module,
     ) -> Result<PatcherRegistration> {
         // SAFETY: The caller guarantees `ops` and `owner`.
@@ -293,7 +299,7 @@ impl Drop for TrapHook {
 /// The registered kernel patcher; unregistered when dropped.
 pub(crate) struct PatcherRegistration {
     unregister: UnregisterPatcher,
-    ops: &'static TextPatcherOps,
+    ops: &'static text_patcher_ops,
 }
 
 impl Drop for PatcherRegistration {

@@ -199,7 +199,11 @@ static void *site_addr(int i)
 	return (void *)(bench_sites + (unsigned long)i * STRIDE + SITE_OFFSET);
 }
 
-static int call_site(int i)
+/*
+ * The sites are hand-written asm, with no type hash for control-flow integrity
+ * (CONFIG_CFI_CLANG) to check an indirect call against: called without the check.
+ */
+static int __nocfi call_site(int i)
 {
 	int (*fn)(void) = (void *)(bench_sites + (unsigned long)i * STRIDE);
 

@@ -111,6 +111,16 @@ static void *site(int i)
 /* Verdict lines printed so far: the agent must find exactly as many. */
 static unsigned int verdicts;
 
+/*
+ * Runs one of this module's asm functions. They are hand-written, so they carry no type hash
+ * for control-flow integrity (CONFIG_CFI_CLANG) to check an indirect call against: the call is
+ * made without the check.
+ */
+static void __nocfi run_asm(void *f)
+{
+	((void (*)(void))f)();
+}
+
 static void verdict(const char *name, int got, int expected)
 {
 	verdicts++;
@@ -426,7 +436,7 @@ static void other_patchers(void)
 	}
 	verdict("change_under_kprobe", ret, -EIO);
 	for (i = 0; i < 10; i++)
-		((void (*)(void))site(0))();
+		run_asm(site(0));
 	hits = atomic_read(&kprobe_hits);
 	verdict("kprobe_still_fires", hits, 10);
 	unregister_kprobe(&kp);
@@ -549,7 +559,7 @@ static int kprobe_race(unsigned int n)
 		armed++;
 		last = atomic_read(&kprobe_hits);
 		for (i = 0; i < RACE_RUNS; i++)
-			((void (*)(void))site(3))();
+			run_asm(site(3));
 		missed += RACE_RUNS - (atomic_read(&kprobe_hits) - last);
 		unregister_kprobe(&kp);
 		cond_resched();
@@ -697,10 +707,8 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 #endif
 	} else if (!strncmp(buf, "brk", 3)) {
 #ifdef CONFIG_ARM64
-		void (*f)(void) = (void (*)(void))outsider_brk;
-
 		pr_info("textpoke_outsider: executing a BRK #0x008 that is no guard of textpoke's\n");
-		f();
+		run_asm(outsider_brk);
 		pr_err("textpoke_outsider: a BRK #0x008 that is not textpoke's was swallowed\n");
 #else
 		ret = -EOPNOTSUPP;

@@ -9,10 +9,12 @@ use kernel::ffi::{c_int, c_uint, c_void};
 type TextPoke = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
 
 /// `struct text_poke_write` (arch/x86/include/asm/text-patching.h, patch 0009): one write of
-/// `text_poke_many()`. arch/x86/helpers.c checks this layout against the header.
+/// `text_poke_many()`. arch/x86/helpers.c checks this layout against the header. Named as in C,
+/// as `text_patcher_ops` is (rust/series.rs says why: control-flow integrity).
+#[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(super) struct TextPokeWrite {
+pub(super) struct text_poke_write {
     /// `addr`: where.
     pub(super) addr: *mut c_void,
     /// `opcode`: the bytes.
@@ -22,12 +24,12 @@ pub(super) struct TextPokeWrite {
 }
 
 // The mirror's layout, as arch/x86/helpers.c asserts it for `struct text_poke_write`.
-kernel::static_assert!(core::mem::size_of::<TextPokeWrite>() == 24);
-kernel::static_assert!(core::mem::offset_of!(TextPokeWrite, opcode) == 8);
-kernel::static_assert!(core::mem::offset_of!(TextPokeWrite, len) == 16);
+kernel::static_assert!(core::mem::size_of::<text_poke_write>() == 24);
+kernel::static_assert!(core::mem::offset_of!(text_poke_write, opcode) == 8);
+kernel::static_assert!(core::mem::offset_of!(text_poke_write, len) == 16);
 
 /// `text_poke_many(writes, nr)` (patch 0009).
-type TextPokeMany = unsafe extern "C" fn(*const TextPokeWrite, c_uint) -> c_int;
+type TextPokeMany = unsafe extern "C" fn(*const text_poke_write, c_uint) -> c_int;
 
 /// The x86 functions textpoke needs from the patch series.
 pub(crate) struct Series {

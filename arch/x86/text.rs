@@ -2,7 +2,7 @@
 
 //! Writing x86 text and making every CPU's instruction stream see it.
 
-use super::series::{Series, TextPokeWrite};
+use super::series::{text_poke_write, Series};
 use crate::arch::TextWrite;
 use crate::cpu;
 use crate::series::HoldsText;
@@ -36,14 +36,14 @@ const WRITES_PER_CALL: usize = 32;
 /// temporary mm once per 16 writes rather than once per write, and maps a page once for
 /// consecutive writes to it. The same rules as [`write`] for each.
 pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
-    let mut c = [TextPokeWrite {
+    let mut c = [text_poke_write {
         addr: core::ptr::null_mut(),
         opcode: core::ptr::null(),
         len: 0,
     }; WRITES_PER_CALL];
     for chunk in writes.chunks(WRITES_PER_CALL) {
         for (slot, w) in c.iter_mut().zip(chunk) {
-            *slot = TextPokeWrite {
+            *slot = text_poke_write {
                 addr: w.addr as usize as *mut c_void,
                 opcode: w.bytes.as_ptr().cast::<c_void>(),
                 len: w.bytes.len(),
