@@ -877,7 +877,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             // CPU-hotplug read lock (`_hotplug`), as the function requires.
             let ret = unsafe {
                 (series.common.stop_machine_cpuslocked)(
-                    Some(parked_section),
+                    parked_section,
                     (&raw const section).cast_mut().cast::<c_void>(),
                     &raw const kernel::bindings::__cpu_online_mask,
                 )

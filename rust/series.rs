@@ -19,8 +19,12 @@ pub(crate) type PerfEventTextPoke =
 /// (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
 /// `stop_machine_cpuslocked(fn, data, cpus)` (include/linux/stop_machine.h, patch 0005).
+///
+/// `fn` is a plain function pointer, not an `Option` of one: with control-flow integrity the
+/// call checks a hash of this type, and C's `cpu_stop_fn_t` hashes as a bare pointer to
+/// `int (void *)` (an `Option` hashes as an enum).
 pub(crate) type StopMachineCpuslocked = unsafe extern "C" fn(
-    Option<unsafe extern "C" fn(*mut c_void) -> kernel::ffi::c_int>,
+    unsafe extern "C" fn(*mut c_void) -> kernel::ffi::c_int,
     *mut c_void,
     *const kernel::bindings::cpumask,
 ) -> kernel::ffi::c_int;
