@@ -269,17 +269,20 @@ fn run(ex: &Executor) {
             // stack mark) and textpoke's count (which a guard of the kernel's own an interrupt
             // handler met would move too) speak of the site's execution alone.
             let _pinned = NoIrq::new();
-            let traps = engine_api::cpu_traps(ex.cpu);
+            // The CPU it runs on now, which is its own unless that one went offline (the
+            // hotplug scenario): the scheduler then moved it elsewhere.
+            let cpu = cpu::current();
+            let traps = engine_api::cpu_traps(cpu);
             let start = clock::now();
             let (path, called) = execute(site, &mut hits);
             let end = clock::now();
-            let counted = engine_api::cpu_traps(ex.cpu) != traps;
+            let counted = engine_api::cpu_traps(cpu) != traps;
             let seen = called.seen && called.sound;
             let record = ExecRecord {
                 start,
                 end,
                 site: index as u32,
-                cpu: ex.cpu as u16,
+                cpu: cpu as u16,
                 path,
                 trap: (if seen { TRAP_SEEN } else { 0 }) | (if counted { TRAP_COUNTED } else { 0 }),
             };

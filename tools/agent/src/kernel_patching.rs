@@ -1142,6 +1142,40 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
     }
 }
 
+/// The function tracer (filtered) and `kernel.sched_schedstats` on and off again, each
+/// transition checked as [`cases`] checks it: for the hotplug scenario (hotplug.rs), which runs
+/// them while a CPU goes offline and online.
+pub fn hotplug_transitions(kcore: &Kcore) -> Vec<Case> {
+    let text = match kernel_text() {
+        Ok(t) => t,
+        Err(e) => return vec![Case::fail("hotplug_kernel_text", e)],
+    };
+    let mut c = Vec::new();
+    pair(
+        &mut c,
+        ("hotplug_function_tracer_on", "hotplug_function_tracer_off"),
+        kcore,
+        text,
+        || filter(FILTER).and_then(|()| tracer("function")),
+        || tracer("nop"),
+    );
+    pair(
+        &mut c,
+        (
+            "hotplug_sched_schedstats_on",
+            "hotplug_sched_schedstats_off",
+        ),
+        kcore,
+        text,
+        || schedstats(true),
+        || schedstats(false),
+    );
+    if let Err(e) = filter("") {
+        c.push(Case::fail("hotplug_ftrace_filter_cleared", e));
+    }
+    c
+}
+
 /// textpoke alone (no module depends on it) cannot be unloaded while the kernel holds changes
 /// it handed to it: once the function tracer's enable has queued [`MIDWAY`] changes with
 /// textpoke (`kernel.queued`: handed over, not committed yet), or had as many committed,

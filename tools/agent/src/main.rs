@@ -30,6 +30,7 @@ use textpoke_agent::sys;
 mod badinput;
 mod bench;
 mod controls;
+mod hotplug;
 mod kbench;
 mod kernel_patching;
 mod kselftest;
@@ -267,6 +268,7 @@ fn test_suite(ktap: &mut Ktap) {
                 cases.push(kselftest::with_textpoke(stock, &kcore));
             }
             cases.push(kernel_patching::cases(&kcore));
+            cases.push(hotplug::cases(&sites, &kcore));
             if controls {
                 cases.push(controls::cases(&kcore));
             }

@@ -28,6 +28,8 @@ pub enum Planned {
     Outsider,
     /// kselftest.rs, in a boot that runs the kernel's own suites.
     KernelSuites,
+    /// hotplug.rs.
+    CpuHotplug,
     /// kernel_patching.rs.
     KernelPatching,
     /// controls.rs, in a boot that runs them.
@@ -58,6 +60,7 @@ impl Planned {
             Self::BadInput => "bad_input",
             Self::Outsider => "outsider",
             Self::KernelSuites => "kernel_suites",
+            Self::CpuHotplug => "cpu_hotplug",
             Self::KernelPatching => "kernel_patching",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
@@ -101,6 +104,7 @@ impl Plan {
             cases.push(Planned::KernelSuites);
         }
         cases.push(Planned::KernelPatching);
+        cases.push(Planned::CpuHotplug);
         if controls {
             cases.push(Planned::NegativeControls);
         }

@@ -1,0 +1,154 @@
+//! CPUs that come and go while textpoke patches.
+//!
+//! A thread takes the last online CPU offline and brings it back, again and again, while a
+//! scenario's batches commit under executors and then while the function tracer toggles and a
+//! static key flips through textpoke. Every check of those runs applies unchanged: each record
+//! replays onto kcore, every site ends as its last commit left it, no execution breaks the
+//! ordering invariant (an executor whose CPU goes offline is moved elsewhere by the scheduler
+//! and goes on). A module's batch holds the CPU-hotplug read lock for its whole commit, so an
+//! offline or online waits for it; a kernel batch does not (its caller holds `text_mutex`, and
+//! its syncs reach whichever CPUs are online), so a CPU can come online while the kernel's
+//! guards stand and must trap on them correctly.
+//!
+//! An operation counts as overlapping a batch when textpoke's count of committed batches,
+//! module or kernel, moved while it was under way: a batch ended during it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use textpoke_agent::exerciser::Site;
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::sys;
+
+use crate::{kernel_patching, log, scenario};
+
+/// The scenario run while CPUs come and go: every kind of site, two pokers.
+const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9 pokers=2";
+
+/// Hotplug operations (an offline or an online) that must overlap a batch in a boot.
+pub const MIN_OVERLAPPING: usize = 100;
+
+/// What the hotplug thread did.
+#[derive(Default, Debug)]
+struct Tally {
+    /// Offline and online operations that succeeded.
+    ops: usize,
+    /// Of those, the ones during which a batch ended.
+    overlapping: usize,
+    /// The first failure, if any.
+    error: Option<String>,
+}
+
+/// textpoke's batches committed so far, module and kernel.
+fn batches() -> u64 {
+    scenario::engine_stats()
+        .map(|s| {
+            ["batches", "kernel.batches"]
+                .iter()
+                .filter_map(|k| s.get(*k)?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Takes CPU `cpu` offline and online until told to stop.
+struct Hotplugger {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl Hotplugger {
+    fn start(cpu: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let (s, t) = (stop.clone(), tally.clone());
+        let thread = std::thread::spawn(move || {
+            let path = format!("/sys/devices/system/cpu/cpu{cpu}/online");
+            let mut online = true;
+            while !s.load(Ordering::Relaxed) {
+                let before = batches();
+                let want = if online { "0" } else { "1" };
+                let done = sys::write_file(&path, want.as_bytes());
+                let after = batches();
+                let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+                match done {
+                    Ok(_) => {
+                        online = !online;
+                        t.ops += 1;
+                        t.overlapping += usize::from(after != before);
+                    }
+                    Err(e) => {
+                        t.error
+                            .get_or_insert(format!("writing {want} to {path}: {e}"));
+                        break;
+                    }
+                }
+            }
+            if !online {
+                if let Err(e) = sys::write_file(&path, b"1") {
+                    let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+                    t.error
+                        .get_or_insert(format!("bringing cpu{cpu} back: {e}"));
+                }
+            }
+        });
+        Self {
+            stop,
+            thread,
+            tally,
+        }
+    }
+
+    fn stop(self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        Arc::try_unwrap(self.tally)
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .unwrap_or_default()
+    }
+}
+
+/// Every hotplug case, as one group.
+pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
+    const NAME: &str = "cpu_hotplug";
+    let cpus = match sys::online_cpus() {
+        Ok(c) => c,
+        Err(e) => return Case::fail(NAME, format!("online CPUs: {e}")),
+    };
+    let Some(&cpu) = cpus.iter().filter(|&&c| c != 0).max() else {
+        return Case::fail(NAME, "no CPU but CPU 0 to take offline");
+    };
+    log(&format!(
+        "hotplug: cpu{cpu} goes offline and online meanwhile"
+    ));
+    let start = Instant::now();
+    let plug = Hotplugger::start(cpu);
+    let mut children = vec![scenario::case("hotplug_scenario", SPEC, 1, sites, kcore)];
+    children.extend(kernel_patching::hotplug_transitions(kcore));
+    let t = plug.stop();
+    let back = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
+    let line = format!(
+        "cpu{cpu} taken offline or brought online {} times in {:.0} s, {} of them while a \
+         batch ended",
+        t.ops,
+        start.elapsed().as_secs_f64(),
+        t.overlapping
+    );
+    log(&format!("hotplug: {line}"));
+    children.push(match t.error {
+        Some(e) => Case::fail("hotplug_operations", e),
+        None => Case::check(
+            "hotplug_operations",
+            t.overlapping >= MIN_OVERLAPPING && back == cpus.len(),
+            format!(
+                "{line}: fewer than {MIN_OVERLAPPING} overlapping a batch, or {back} of {} CPUs \
+                 online at the end",
+                cpus.len()
+            ),
+        )
+        .with_log(line),
+    });
+    Case::group(NAME, children)
+}
