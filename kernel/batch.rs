@@ -41,7 +41,7 @@ pub(crate) const MAX_SITES: usize = 4096;
 /// `text_poke_bp_batch()` yields, once per batch of at most 256 sites, each written up to three
 /// times (`INT3`, tail, head). Under `PREEMPT_NONE` each yield that finds the task's slice used
 /// up waits for whatever else runs on its CPU: on the benchmark's CPUs, each busy with an
-/// executor, about 100 ms under TCG (the breakdown in docs/results.md).
+/// executor, a vCPU's turn under TCG (the per-part breakdown of `make bench` shows it).
 const WRITES_PER_RESCHED: u32 = 3 * 256;
 
 /// Most writes made together (`Arch::write_many`). The plan runs one step over every change

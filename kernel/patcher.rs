@@ -56,8 +56,8 @@ enum Declined {
 /// (some 17000 on x86, 13000 on arm64 here) takes three batches on x86 and two on arm64, 9 and
 /// 4 syncs, where the 4096 of a module's batch (`TEXTPOKE_MAX_BATCH`) took five and four. A
 /// batch's guards stand until its last write, so the traps on other CPUs grow with its size:
-/// 16384 saved 3 more syncs on x86 and took 2 to 4 times the traps, and more time than it
-/// saved under TCG (docs/results.md).
+/// twice as many would save x86 three more syncs for several times the traps, and take more
+/// time than it saved under TCG.
 pub(crate) const KERNEL_MAX_SITES: usize = 8192;
 
 /// What the kernel handed over since its last apply.

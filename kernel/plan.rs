@@ -160,7 +160,7 @@ pub enum Protocol {
     /// Broken on purpose: upstream arm64's "nosync" patching plus a record. Each site gets its
     /// whole new instruction written directly, then its record; one sync at the end.
     UnguardedNosync,
-    /// Weak on purpose: seed 001's pair of records around an unguarded change. Between
+    /// Weak on purpose: the pair of records proposed on LKML in January 2019 (the text_poke() record thread) around an unguarded change. Between
     /// [`Step::Publish`] and [`Step::Retire`], like every protocol's section: per site a BEFORE
     /// record ([`Step::EmitBefore`]) then the whole new instruction ([`Step::WriteWhole`]); one
     /// sync; then per site an AFTER record ([`Step::EmitAfter`]).

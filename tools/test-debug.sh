@@ -3,8 +3,9 @@
 #
 #   tools/test-debug.sh [x86_64|arm64]        (both arches by default)
 #
-# On the `kasan` kernel (tools/kconfig/kasan.config: KASAN, lockdep, DEBUG_ATOMIC_SLEEP, full
-# preemption with DEBUG_PREEMPT, DEBUG_LIST, DEBUG_OBJECTS), booted with panic_on_warn=1, per
+# On the `kasan` kernel (tools/kconfig/kasan.config: KASAN, lockdep, DEBUG_ATOMIC_SLEEP, a
+# preemptible build booted with the test kernel's model, preempt=none, DEBUG_PREEMPT,
+# DEBUG_LIST, DEBUG_OBJECTS, fault injection and kmemleak), booted with panic_on_warn=1, per
 # arch at -smp 4:
 #  - the guest test suite (textpoke.mode=test): the scenarios, perf, bad input, unloading;
 #  - the unload stress (textpoke.mode=stress): 100 cycles of loading textpoke and the

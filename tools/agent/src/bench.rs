@@ -302,7 +302,7 @@ pub fn run(ktap: &mut Ktap) {
     if only.as_deref() == Some("flips") {
         super::log("bench: the flips only");
     } else {
-        super::log("bench: retargeting a hardware breakpoint (seed 004)");
+        super::log("bench: retargeting a hardware breakpoint (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)");
         cases.extend(super::retarget::run(arch(), cpus, log));
         super::log("bench: the kernel's own patching, through textpoke and stock");
         cases.extend(super::kbench::run(arch(), cpus, log));

@@ -1,5 +1,5 @@
 //! Hardware execute breakpoints through perf (`PERF_TYPE_BREAKPOINT`, `HW_BREAKPOINT_X`), and
-//! moving one in place with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` (seed 004: Linux 4.17's "fast
+//! moving one in place with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` (commit 32ff77e8cc, Linux 4.17's "fast
 //! breakpoint modification").
 //!
 //! A [`Breakpoint`] is one perf event with its ring buffer. Every execution of the watched

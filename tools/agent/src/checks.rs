@@ -184,7 +184,7 @@ pub fn windows_by_site(
 
 /// Checks every logged execution against its site's timeline and batches.
 ///
-/// The invariant (seed 000, kernel/plan.rs): an execution that did not trap ran the instruction
+/// The invariant (commit e17d43b93e54, which added the record; kernel/plan.rs): an execution that did not trap ran the instruction
 /// in effect at some moment between its start and end, that is the old one only if it started
 /// before the record and the new one only if it ended after it. A trapped execution (as
 /// `traps` tells) is matched to the one batch of its site whose commit overlaps it, which must

@@ -941,8 +941,8 @@ pub fn cases(kcore: &Kcore) -> Case {
     );
     // Every function (about 13000 sites on arm64), without the busy threads: under
     // single-threaded TCG, a CPU that traps on nearly every call it makes starves the one that
-    // writes, and each way took two and a half minutes on arm64 instead of seconds
-    // (docs/results.md). The other CPU still runs the kernel's own work meanwhile.
+    // writes, and each way takes minutes on arm64 instead of seconds. The other CPU still runs
+    // the kernel's own work meanwhile.
     let (case, all_on) =
         through_textpoke("function_tracer_all_on", kcore, text, None, false, || {
             filter("").and_then(|()| tracer("function"))
@@ -1180,10 +1180,10 @@ pub fn hotplug_transitions(kcore: &Kcore) -> Vec<Case> {
 /// it handed to it: once the function tracer's enable has queued [`MIDWAY`] changes with
 /// textpoke (`kernel.queued`: handed over, not committed yet), or had as many committed,
 /// thousands remaining in the same update, `delete_module` must fail with `EWOULDBLOCK` (in
-/// use), and textpoke must still be loaded when the enable ends. (Between two updates, or two phases of one, the kernel holds
-/// nothing and textpoke may go: the first version of this check, which tried after any batch,
-/// unloaded it there, and the stock path finished the enable.) Then the tracer is turned off
-/// again and textpoke unloads.
+/// use), and textpoke must still be loaded when the enable ends. Between two updates, or two
+/// phases of one, the kernel holds nothing and textpoke may go, so an attempt after just any
+/// batch proves nothing: it may rightly unload, and the stock path then finishes the enable.
+/// Then the tracer is turned off again and textpoke unloads.
 pub fn unload_refused_mid_update() -> Case {
     /// Changes queued when the attempt is made: well into the enable, far from its end.
     const MIDWAY: u64 = 2000;

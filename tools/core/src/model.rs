@@ -20,7 +20,7 @@
 //!
 //! Every execution of a site by a CPU is classified: the old instruction, the new one, trapped
 //! (the handler looked the address up and emulated the new instruction), ambiguous (see below),
-//! or a violation. The checked invariant (seed 000): an execution that did not trap sees the old
+//! or a violation. The checked invariant (commit e17d43b93e54, which added the record): an execution that did not trap sees the old
 //! instruction only before the site's `PERF_RECORD_TEXT_POKE` and the new one only after it; a
 //! trapped execution must find its site in the table and behaves as the new instruction; nothing
 //! ever sees a mix of the two; when the plan is done every site holds the new instruction.

@@ -3,7 +3,7 @@
 //! and per arch writes a Markdown table with the spread of every (mode, N), the ratio of
 //! textpoke's median time to every other mode's with a bootstrap confidence interval, the raw
 //! samples as JSON, and an SVG plot of the distributions. The same logs may carry the
-//! retarget benchmark's `textpoke-retarget:` lines (seed 004, see retarget.rs), the kernel
+//! retarget benchmark's `textpoke-retarget:` lines (PERF_EVENT_IOC_MODIFY_ATTRIBUTES, see retarget.rs), the kernel
 //! patching's `textpoke-kbench:` lines (kbench.rs) and the foreign traps' `textpoke-trapcost:`
 //! lines (trapcost.rs): each has its section in the arch's report.
 //!
@@ -359,7 +359,7 @@ pub struct ArchReport {
     pub ratios: Vec<Ratio>,
     /// Every sample, in log order.
     pub samples: Vec<Sample>,
-    /// The retarget benchmark (seed 004), if the logs have its lines; reports written before
+    /// The retarget benchmark (PERF_EVENT_IOC_MODIFY_ATTRIBUTES), if the logs have its lines; reports written before
     /// it existed have no such field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retarget: Option<RetargetReport>,

@@ -276,7 +276,10 @@ const MISMATCHES_LISTED: usize = 8;
 /// The Markdown section: a table per (traps, method), the ratios, and what they rest on.
 pub fn markdown(r: &RetargetReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "### Retargeting a hardware breakpoint (seed 004)\n");
+    let _ = writeln!(
+        out,
+        "### Retargeting a hardware breakpoint (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)\n"
+    );
     if let Some(first) = r.samples.first() {
         let cpus = r.samples.iter().map(|s| s.cpus).max().unwrap_or(0);
         let n = r.samples.iter().map(|s| s.n).max().unwrap_or(0);
@@ -537,7 +540,9 @@ mod tests {
         assert_eq!(never.seed, seed_for(Traps::Never));
         assert_eq!(analyse(r.samples.clone()), r);
         let md = markdown(&r);
-        assert!(md.starts_with("### Retargeting a hardware breakpoint (seed 004)\n"));
+        assert!(md.starts_with(
+            "### Retargeting a hardware breakpoint (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)\n"
+        ));
         assert!(md.contains("| never | reopen | 3 | 10 µs | 10 µs–10 µs | 10 µs–10 µs | 0 |"));
         assert!(
             md.contains(&format!(
@@ -603,8 +608,8 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&json).unwrap()
         );
         assert_eq!(back.retarget.unwrap().samples, samples());
-        assert!(crate::bench::markdown(&with).contains("(seed 004)"));
-        assert!(!crate::bench::markdown(&plain).contains("(seed 004)"));
+        assert!(crate::bench::markdown(&with).contains("(PERF_EVENT_IOC_MODIFY_ATTRIBUTES)"));
+        assert!(!crate::bench::markdown(&plain).contains("(PERF_EVENT_IOC_MODIFY_ATTRIBUTES)"));
     }
 
     #[test]
@@ -652,7 +657,9 @@ mod tests {
         let md = crate::bench::markdown(x86);
         // No empty flips table, only the retarget section.
         assert!(
-            md.starts_with("### Retargeting a hardware breakpoint (seed 004)\n"),
+            md.starts_with(
+                "### Retargeting a hardware breakpoint (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)\n"
+            ),
             "{md}"
         );
         assert!(md.contains("x86_64, 2 CPUs (QEMU TCG)"), "{md}");
