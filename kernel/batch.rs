@@ -82,6 +82,10 @@ pub(crate) struct Batch {
     entries: KVVec<Entry>,
     /// Keeps the modules owning the sites loaded while the batch exists.
     owners: KVec<ModuleRef>,
+    /// What the commit learns of each change's site, one per entry, allocated with the entries
+    /// so that a commit allocates nothing: a kernel batch's changes are taken before it
+    /// commits, and cannot be handed back then. See [`CommitState`].
+    state: CommitState,
     committed: bool,
     stats: BatchStats,
     /// Whether the changes are the kernel's own (`patcher.rs`): they have no registered sites.
@@ -97,6 +101,7 @@ impl Batch {
             id: engine.next_batch_id(),
             entries: KVVec::new(),
             owners: KVec::new(),
+            state: CommitState::new(),
             committed: false,
             stats: BatchStats::default(),
             kernel: false,
@@ -105,13 +110,27 @@ impl Batch {
     }
 
     /// A batch of the kernel's own changes, `entries` (jump labels and ftrace, handed to
-    /// textpoke by the patch series: `patcher.rs`). They name no registered site, since the
-    /// kernel's own code chose them; everything else is as for any batch.
-    pub(crate) fn kernel(engine: &Engine, entries: KVVec<Entry>) -> Result<Self> {
+    /// textpoke by the patch series: `patcher.rs`), with `state` reserved for each. They name no
+    /// registered site, since the kernel's own code chose them; everything else is as for any
+    /// batch.
+    pub(crate) fn kernel(
+        engine: &Engine,
+        entries: KVVec<Entry>,
+        state: CommitState,
+    ) -> Result<Self> {
+        if state.len() != entries.len() {
+            pr_err!(
+                "a kernel batch of {} changes with state for {}\n",
+                entries.len(),
+                state.len()
+            );
+            return Err(EINVAL);
+        }
         Ok(Self {
             id: engine.next_batch_id(),
             entries,
             owners: KVec::new(),
+            state,
             committed: false,
             stats: BatchStats::default(),
             kernel: true,
@@ -191,6 +210,7 @@ impl Batch {
         // Reserve first so that claiming the site cannot be followed by a failed push.
         self.entries.reserve(1, GFP_KERNEL)?;
         self.owners.reserve(1, GFP_KERNEL)?;
+        self.state.reserve(1)?;
         site.batch = id;
         let change = Change {
             old: site.current,
@@ -200,6 +220,7 @@ impl Batch {
         self.entries
             .push(Entry::new(addr, insn, change, false)?, GFP_KERNEL)?;
         self.owners.push(owner, GFP_KERNEL)?;
+        self.state.push()?;
         Ok(())
     }
 
@@ -279,13 +300,14 @@ impl Batch {
                 }
             }
         }
+        self.state.reset();
         let mut run = Run {
             engine,
             id,
             entries: &self.entries,
             stats: &mut self.stats,
-            sites: KVec::from_elem(Stranded::default(), self.entries.len(), GFP_KERNEL)?,
-            conflict: KVec::from_elem(false, self.entries.len(), GFP_KERNEL)?,
+            sites: self.state.sites.as_mut_slice(),
+            conflict: self.state.conflict.as_mut_slice(),
             text,
             fail_write: if self.kernel {
                 None
@@ -293,7 +315,11 @@ impl Batch {
                 debug::failing_write()
             },
             parts: [0; Part::ALL.len()],
-            queued: KVec::with_capacity(WRITE_RUN, GFP_KERNEL)?,
+            queued: [TextWrite {
+                addr: 0,
+                bytes: &[],
+            }; WRITE_RUN],
+            nqueued: 0,
             queued_part: Part::Other,
             since_resched: 0,
         };
@@ -472,6 +498,69 @@ impl TextAccess for CallerHeld<'_> {
     }
 }
 
+/// What a commit learns of each change's site, one slot per change, allocated as the changes
+/// are added so that the commit itself allocates nothing.
+///
+/// The kernel's own changes are committed from callers that cannot fail (the jump-label and
+/// ftrace hooks of the patch series): once a commit starts, there is nobody left to hand a
+/// change back to, so a commit that could fail to allocate would leave the kernel's text as it
+/// was while the kernel believes it changed.
+pub(crate) struct CommitState {
+    /// Per change, whether its record went out and where its site stands after a failed step.
+    sites: KVVec<Stranded>,
+    /// Per change, whether another patcher wrote over its guard (`Run::check_guards`).
+    conflict: KVVec<bool>,
+}
+
+impl CommitState {
+    /// No slots.
+    pub(crate) const fn new() -> Self {
+        Self {
+            sites: KVVec::new(),
+            conflict: KVVec::new(),
+        }
+    }
+
+    /// The number of changes with a slot.
+    pub(crate) fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// Makes room for one more change, so that the next [`CommitState::push`] cannot fail.
+    pub(crate) fn reserve(&mut self, n: usize) -> Result {
+        self.sites.reserve(n, GFP_KERNEL)?;
+        self.conflict.reserve(n, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Adds one change's slot.
+    pub(crate) fn push(&mut self) -> Result {
+        self.reserve(1)?;
+        self.sites.push(Stranded::default(), GFP_KERNEL)?;
+        self.conflict.push(false, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Keeps the first `n` slots, dropping a push that its change did not follow.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        if n < self.sites.len() {
+            // SAFETY: `n` is below the length, so the first `n` slots are initialized; `Stranded`
+            // is `Copy`, so forgetting the rest is what dropping them would do.
+            unsafe { self.sites.set_len(n) };
+        }
+        if n < self.conflict.len() {
+            // SAFETY: As above, for `bool`.
+            unsafe { self.conflict.set_len(n) };
+        }
+    }
+
+    /// Sets every slot to "nothing learned yet", as a commit starts.
+    fn reset(&mut self) {
+        self.sites.iter_mut().for_each(|s| *s = Stranded::default());
+        self.conflict.iter_mut().for_each(|c| *c = false);
+    }
+}
+
 /// One commit in progress: the batch's changes and what it has done so far.
 struct Run<'a, A> {
     engine: &'a Engine,
@@ -480,10 +569,10 @@ struct Run<'a, A> {
     stats: &'a mut BatchStats,
     /// Per change, whether its record went out, and once a step failed, where its site stands
     /// (`Run::recover`).
-    sites: KVec<Stranded>,
+    sites: &'a mut [Stranded],
     /// Per change, whether its site no longer held the guard when its head was due: another
     /// patcher wrote there, and the site is left as that patcher left it (`Run::check_guards`).
-    conflict: KVec<bool>,
+    conflict: &'a mut [bool],
     /// How `text_mutex` is held, and the commit's other locks.
     text: A,
     /// The write that fails on purpose (debug builds, [`debug::failing_write`]), counted from 1
@@ -491,8 +580,10 @@ struct Run<'a, A> {
     fail_write: Option<u32>,
     /// Time per part of the plan so far (see [`Part`]).
     parts: Parts,
-    /// Writes planned and not made yet, all of one step ([`Run::flush`] makes them).
-    queued: KVec<TextWrite<'a>>,
+    /// Writes planned and not made yet, all of one step ([`Run::flush`] makes them): the first
+    /// `nqueued`. On the stack, so that a commit allocates nothing.
+    queued: [TextWrite<'a>; WRITE_RUN],
+    nqueued: usize,
     /// The part of the commit's time those writes count to.
     queued_part: Part,
     /// Writes made since the last `cond_resched()`.
@@ -725,14 +816,16 @@ impl<'a, A: TextAccess> Run<'a, A> {
             self.flush()?;
             self.queued_part = part;
         }
-        self.queued.push(
-            TextWrite {
-                addr: e.addr.wrapping_add(offset),
-                bytes,
-            },
-            GFP_KERNEL,
-        )?;
-        if self.queued.len() >= WRITE_RUN {
+        let Some(slot) = self.queued.get_mut(self.nqueued) else {
+            pr_err!("batch {}: the write queue overflowed\n", self.id);
+            return Err(EINVAL);
+        };
+        *slot = TextWrite {
+            addr: e.addr.wrapping_add(offset),
+            bytes,
+        };
+        self.nqueued += 1;
+        if self.nqueued >= WRITE_RUN {
             self.flush()?;
         }
         Ok(true)
@@ -741,29 +834,29 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// Makes the queued writes (`Arch::write_many`), taking `text_mutex` if needed, and adds
     /// the time to their part.
     fn flush(&mut self) -> Result {
-        if self.queued.is_empty() {
+        if self.nqueued == 0 {
             return Ok(());
         }
-        let n = u32::try_from(self.queued.len()).map_err(|_| EINVAL)?;
         // The yield counts to the writes' part.
         let start = clock::now();
         self.yield_if_due();
+        let queued = self.queued.get(..self.nqueued).ok_or(EINVAL)?;
+        let n = u32::try_from(queued.len()).map_err(|_| EINVAL)?;
         let series = &self.engine.series;
         let held = self.text.hold();
         // A write failing on purpose (debug builds): the ones before it are made, as when the
         // arch's write fails part way.
         let failing = self.fail_write.and_then(|k| {
             let i = usize::try_from(k.checked_sub(self.stats.writes)?.checked_sub(1)?).ok()?;
-            (i < self.queued.len()).then_some(i)
+            (i < queued.len()).then_some(i)
         });
         let made = match failing {
-            Some(i) => This::write_many(&series.arch, held, self.queued.get(..i).unwrap_or(&[]))
-                .and(Err(EIO)),
-            None => This::write_many(&series.arch, held, &self.queued),
+            Some(i) => {
+                This::write_many(&series.arch, held, queued.get(..i).unwrap_or(&[])).and(Err(EIO))
+            }
+            None => This::write_many(&series.arch, held, queued),
         };
-        // SAFETY: 0 is at most the capacity, and leaves no element to initialize; the writes are
-        // `Copy`, so dropping them by forgetting them is what dropping them would do.
-        unsafe { self.queued.set_len(0) };
+        self.nqueued = 0;
         add_part(
             &mut self.parts,
             self.queued_part,
@@ -928,9 +1021,9 @@ impl<'a, A: TextAccess> Run<'a, A> {
             self.id
         );
         self.fail_write = None;
-        // SAFETY: As in `flush`: the writes queued when the step failed are dropped, since
-        // recovery decides afresh from the text.
-        unsafe { self.queued.set_len(0) };
+        // The writes queued when the step failed are dropped: recovery decides afresh from the
+        // text.
+        self.nqueued = 0;
         let guard = <This as Arch>::GUARD;
         for (e, s) in self.entries.iter().zip(self.sites.iter_mut()) {
             let target = s.target(&e.change);
@@ -946,7 +1039,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         let entries = self.entries;
         let sites = core::mem::take(&mut self.sites);
-        for repair in Recovery::new(This::PLAN, entries, &sites) {
+        for repair in Recovery::new(This::PLAN, entries, sites) {
             let done = match repair {
                 Repair::Sync => {
                     self.text.sync(This::sync_all);

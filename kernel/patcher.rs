@@ -25,7 +25,7 @@
 //! batch per 8192 changes, each with its plan's syncs (three on x86, two on arm64).
 
 use crate::arch::{Arch, This};
-use crate::batch::Batch;
+use crate::batch::{Batch, CommitState};
 use crate::engine::{self, Engine, Entry};
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
@@ -64,6 +64,9 @@ pub(crate) const KERNEL_MAX_SITES: usize = 8192;
 struct State {
     /// The changes, in the order they came (`kvmalloc`ed: up to [`KERNEL_MAX_SITES`]).
     entries: KVVec<Entry>,
+    /// What the commit will learn of each change's site, grown with `entries` so that the
+    /// commit allocates nothing ([`CommitState`] says why).
+    state: CommitState,
     /// The highest address queued (0: none): a change at least an instruction's length above
     /// it cannot repeat or overlap one.
     top: u64,
@@ -89,6 +92,7 @@ impl Queue {
         Self {
             state: UnsafeCell::new(State {
                 entries: KVVec::new(),
+                state: CommitState::new(),
                 top: 0,
                 declined: 0,
                 first_declined: None,
@@ -161,7 +165,12 @@ fn queue(engine: &Engine, held: &TextHeld<'_>, addr: u64, new: &[u8]) -> bool {
         }
     };
     engine.queue.with(held, |q| {
-        if q.entries.push(entry, GFP_KERNEL).is_err() {
+        // Room for both first, so that neither push fails after the other was made.
+        let pushed = q.entries.reserve(1, GFP_KERNEL).is_ok()
+            && q.state.reserve(1).is_ok()
+            && q.state.push().is_ok();
+        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {
+            q.state.truncate(q.entries.len());
             q.declined = q.declined.saturating_add(1);
             q.first_declined.get_or_insert((addr, Declined::NoMemory));
             engine.stats.declined.fetch_add(1, Ordering::Relaxed);
@@ -175,12 +184,13 @@ fn queue(engine: &Engine, held: &TextHeld<'_>, addr: u64, new: &[u8]) -> bool {
 
 /// Commits what is queued as one batch.
 fn commit(engine: &Engine, held: &TextHeld<'_>) {
-    let (entries, declined, first) = engine.queue.with(held, |q| {
+    let (entries, state, declined, first) = engine.queue.with(held, |q| {
         q.top = 0;
         engine.stats.queued.store(0, Ordering::Relaxed);
         let declined = core::mem::take(&mut q.declined);
         (
             core::mem::replace(&mut q.entries, KVVec::new()),
+            core::mem::replace(&mut q.state, CommitState::new()),
             declined,
             q.first_declined.take(),
         )
@@ -194,10 +204,10 @@ fn commit(engine: &Engine, held: &TextHeld<'_>) {
         return;
     }
     let n = entries.len();
-    let mut batch = match Batch::kernel(engine, entries) {
+    let mut batch = match Batch::kernel(engine, entries, state) {
         Ok(batch) => batch,
         Err(e) => {
-            // The kernel pins textpoke while it holds changes (patch 0008): cannot happen.
+            // `queue` grows the state with the entries: cannot happen.
             pr_err!("lost a kernel batch of {n} changes: {e:?}\n");
             return;
         }
