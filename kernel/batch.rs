@@ -308,6 +308,8 @@ impl Batch {
             stats: &mut self.stats,
             sites: self.state.sites.as_mut_slice(),
             conflict: self.state.conflict.as_mut_slice(),
+            parked: self.state.parked.as_mut_slice(),
+            emitted: self.state.emitted.as_mut_slice(),
             text,
             fail_write: if self.kernel {
                 None
@@ -498,6 +500,9 @@ impl TextAccess for CallerHeld<'_> {
     }
 }
 
+/// A parked section's steps per change, at most: its whole write and its record.
+const PARKED_STEPS: usize = 2;
+
 /// What a commit learns of each change's site, one slot per change, allocated as the changes
 /// are added so that the commit itself allocates nothing.
 ///
@@ -510,6 +515,10 @@ pub(crate) struct CommitState {
     sites: KVVec<Stranded>,
     /// Per change, whether another patcher wrote over its guard (`Run::check_guards`).
     conflict: KVVec<bool>,
+    /// Room for a parked section's steps, two per change (its whole write and its record), and
+    /// for when and where each ran (`Run::parked`).
+    parked: KVVec<Step>,
+    emitted: KVVec<(u64, usize)>,
 }
 
 impl CommitState {
@@ -518,6 +527,8 @@ impl CommitState {
         Self {
             sites: KVVec::new(),
             conflict: KVVec::new(),
+            parked: KVVec::new(),
+            emitted: KVVec::new(),
         }
     }
 
@@ -528,8 +539,11 @@ impl CommitState {
 
     /// Makes room for one more change, so that the next [`CommitState::push`] cannot fail.
     pub(crate) fn reserve(&mut self, n: usize) -> Result {
+        let steps = n.checked_mul(PARKED_STEPS).ok_or(ENOMEM)?;
         self.sites.reserve(n, GFP_KERNEL)?;
         self.conflict.reserve(n, GFP_KERNEL)?;
+        self.parked.reserve(steps, GFP_KERNEL)?;
+        self.emitted.reserve(steps, GFP_KERNEL)?;
         Ok(())
     }
 
@@ -538,11 +552,15 @@ impl CommitState {
         self.reserve(1)?;
         self.sites.push(Stranded::default(), GFP_KERNEL)?;
         self.conflict.push(false, GFP_KERNEL)?;
+        self.parked
+            .extend_with(PARKED_STEPS, Step::Unpark, GFP_KERNEL)?;
+        self.emitted.extend_with(PARKED_STEPS, (0, 0), GFP_KERNEL)?;
         Ok(())
     }
 
     /// Keeps the first `n` slots, dropping a push that its change did not follow.
     pub(crate) fn truncate(&mut self, n: usize) {
+        let steps = n.saturating_mul(PARKED_STEPS);
         if n < self.sites.len() {
             // SAFETY: `n` is below the length, so the first `n` slots are initialized; `Stranded`
             // is `Copy`, so forgetting the rest is what dropping them would do.
@@ -551,6 +569,14 @@ impl CommitState {
         if n < self.conflict.len() {
             // SAFETY: As above, for `bool`.
             unsafe { self.conflict.set_len(n) };
+        }
+        if steps < self.parked.len() {
+            // SAFETY: As above, for `Step`, which is `Copy`.
+            unsafe { self.parked.set_len(steps) };
+        }
+        if steps < self.emitted.len() {
+            // SAFETY: As above, for a pair of integers.
+            unsafe { self.emitted.set_len(steps) };
         }
     }
 
@@ -573,6 +599,10 @@ struct Run<'a, A> {
     /// Per change, whether its site no longer held the guard when its head was due: another
     /// patcher wrote there, and the site is left as that patcher left it (`Run::check_guards`).
     conflict: &'a mut [bool],
+    /// Room for a parked section's steps, and for when and where the master ran each
+    /// ([`CommitState`]).
+    parked: &'a mut [Step],
+    emitted: &'a mut [(u64, usize)],
     /// How `text_mutex` is held, and the commit's other locks.
     text: A,
     /// The write that fails on purpose (debug builds, [`debug::failing_write`]), counted from 1
@@ -931,19 +961,24 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// Runs the parked section that `Step::Park` opened, up to its `Step::Unpark`, with every
     /// other online CPU stopped (see `plan.rs`).
     fn parked(&mut self, plan: &mut Plan<'_, Entry>) -> Result {
-        let mut steps = KVec::new();
+        let mut n = 0;
         for step in plan.by_ref() {
             match step {
                 Step::Unpark => break,
-                Step::WriteWhole(_) | Step::Emit(_) => steps.push(step, GFP_KERNEL)?,
+                Step::WriteWhole(_) | Step::Emit(_) => {
+                    let Some(slot) = self.parked.get_mut(n) else {
+                        pr_err!("batch {}: more parked steps than room for\n", self.id);
+                        return Err(EINVAL);
+                    };
+                    *slot = step;
+                    n += 1;
+                }
                 other => {
                     pr_err!("batch {}: {other:?} planned in a parked section\n", self.id);
                     return Err(EINVAL);
                 }
             }
         }
-        let mut emitted = KVec::with_capacity(steps.len(), GFP_KERNEL)?;
-        emitted.extend_with(steps.len(), (0u64, 0usize), GFP_KERNEL)?;
         let series = &self.engine.series;
         let Some((held, _hotplug)) = self.text.park() else {
             pr_err!(
@@ -953,10 +988,12 @@ impl<'a, A: TextAccess> Run<'a, A> {
             return Err(EINVAL);
         };
         let (ret, done, error) = {
+            let steps: &[Step] = self.parked.get(..n).ok_or(EINVAL)?;
+            let emitted: &mut [(u64, usize)] = self.emitted.get_mut(..n).ok_or(EINVAL)?;
             let section = Parked {
                 engine: self.engine,
                 entries: self.entries,
-                steps: &steps,
+                steps,
                 held,
                 emitted: emitted.as_mut_ptr(),
                 cpus: cpu::online().count(),
@@ -983,12 +1020,14 @@ impl<'a, A: TextAccess> Run<'a, A> {
         };
         self.stats.syncs = self.stats.syncs.saturating_add(1);
         // What the master CPU did, step by step, as the log and the counters must show it.
-        for (k, step) in steps.iter().take(done).enumerate() {
-            match *step {
-                Step::WriteWhole(_) => self.stats.writes = self.stats.writes.saturating_add(1),
-                Step::Emit(i) => {
+        for k in 0..done.min(n) {
+            match self.parked.get(k).copied() {
+                Some(Step::WriteWhole(_)) => {
+                    self.stats.writes = self.stats.writes.saturating_add(1)
+                }
+                Some(Step::Emit(i)) => {
                     let e = self.entry(i)?;
-                    let (time, cpu) = emitted.get(k).copied().unwrap_or((0, 0));
+                    let (time, cpu) = self.emitted.get(k).copied().unwrap_or((0, 0));
                     self.logged(e, Emit::Change, time, cpu);
                     if let Some(s) = self.sites.get_mut(i) {
                         s.recorded = true;
