@@ -15,7 +15,8 @@
 //! textpoke's. On arm64 only textpoke guards anything: there the stock modes' count is the
 //! check that the interrupts are subtracted right (it must be about 0).
 
-use crate::bench::{median, Sample, Spread};
+use crate::bench::Sample;
+use crate::stats::{median, Spread};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -10,9 +10,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_ratio_of_medians, human_ns, median, ratio_text, Interval, Spread, RESAMPLES, SEED,
-};
+use crate::bench::{human_ns, ratio_text, SEED};
+use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-kbench: ";
@@ -140,7 +139,7 @@ pub fn analyse(samples: Vec<KbenchSample>) -> KbenchReport {
                 &a,
                 &b,
                 RESAMPLES,
-                crate::bench::fold_seed(SEED, &format!("kbench {w}")),
+                fold_seed(SEED, &format!("kbench {w}")),
             ),
             textpoke,
             stock,

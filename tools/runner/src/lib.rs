@@ -13,6 +13,7 @@ pub mod qemu;
 pub mod report;
 pub mod retarget;
 pub mod splat;
+pub mod stats;
 pub mod suite;
 pub mod trapcost;
 pub mod trappath;

@@ -14,9 +14,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_ratio_of_medians, human_ns, median, ratio_text, Interval, Spread, RESAMPLES, SEED,
-};
+use crate::bench::{human_ns, ratio_text, SEED};
+use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-retarget: ";
@@ -179,7 +178,7 @@ pub struct RetargetReport {
 /// (FNV-1a steps, as bench.rs seeds each (N, mode)), so that each kind has its own stream and
 /// a report is reproducible from its samples.
 fn seed_for(traps: Traps) -> u64 {
-    crate::bench::fold_seed(SEED, &format!("retarget {}", traps.name()))
+    fold_seed(SEED, &format!("retarget {}", traps.name()))
 }
 
 fn per_retarget(samples: &[RetargetSample], traps: Traps, method: Method) -> Vec<f64> {

@@ -9,7 +9,7 @@
 //! round by round. A run's cost per hit is `(probed_ns - unprobed_ns) / N`, the probe's cost
 //! without the call's. Per state: the median over the runs with its 95% bootstrap interval;
 //! then the ratio of the medians, loaded over not loaded, with its 95% bootstrap interval
-//! (both sides resampled: [`crate::bench::bootstrap_ratio_of_medians`]), held against the goal
+//! (both sides resampled: [`crate::stats::bootstrap_ratio_of_medians`]), held against the goal
 //! that a hit costs at most [`GOAL`] times as much with textpoke loaded. The report says whether
 //! the interval shows the goal met, not met, or cannot tell; it asserts nothing.
 
@@ -17,9 +17,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_median, bootstrap_ratio_of_medians, fold_seed, median, ratio_text, Interval, Spread,
-    RESAMPLES, SEED,
+use crate::bench::{ratio_text, SEED};
+use crate::stats::{
+    bootstrap_median, bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES,
 };
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
@@ -426,7 +426,7 @@ pub fn markdown(r: &TrapcostReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::SplitMix64;
+    use crate::stats::SplitMix64;
 
     fn sample(mode: &str, round: u32, per_hit_ns: u64) -> TrapcostSample {
         let n = 1000;
