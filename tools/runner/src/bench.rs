@@ -932,12 +932,8 @@ pub fn svg(r: &ArchReport) -> String {
 /// Reads every console log of `dir` (`*.log`) and returns a report per arch found in them,
 /// x86_64 first.
 pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
-    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
+    let logs = crate::rundir::files(dir, crate::rundir::is_log)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     type Arch = (
         Vec<Sample>,
         Vec<Source>,
@@ -966,7 +962,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<ArchReport>, String> {
         else {
             continue;
         };
-        let seconds = std::fs::read_to_string(log.with_extension("json"))
+        let seconds = std::fs::read_to_string(crate::rundir::report_of_log(&log))
             .ok()
             .and_then(|s| serde_json::from_str::<BootReport>(&s).ok())
             .map(|r| r.seconds);
@@ -1064,19 +1060,13 @@ pub fn write(reports: &[ArchReport], to: &Path) -> Result<Vec<PathBuf>, String> 
             ("svg", svg),
         ];
         for (ext, text) in files.into_iter().filter_map(|(e, t)| Some((e, t?))) {
-            let path = to.join(format!("bench-{}.{ext}", r.arch));
+            let path = crate::rundir::bench_file(to, &r.arch, ext);
             std::fs::write(&path, text)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             written.push(path);
         }
     }
     Ok(written)
-}
-
-/// Where [`write`] puts a run directory's bench report: `DIR/bench`, so that the run
-/// directory's `*.json` stay boot reports only.
-pub fn default_out(dir: &Path) -> PathBuf {
-    dir.join("bench")
 }
 
 #[cfg(test)]

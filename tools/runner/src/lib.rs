@@ -12,6 +12,7 @@ pub mod ktap;
 pub mod qemu;
 pub mod report;
 pub mod retarget;
+pub mod rundir;
 pub mod splat;
 pub mod stats;
 pub mod suite;

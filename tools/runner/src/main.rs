@@ -284,7 +284,7 @@ fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -
 /// plots to `to` (by default DIR/bench).
 fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<()> {
     let reports = textpoke_runner::bench::read_dir(dir)?;
-    let to = to.map_or_else(|| textpoke_runner::bench::default_out(dir), Into::into);
+    let to = to.map_or_else(|| textpoke_runner::rundir::bench_dir(dir), Into::into);
     let written = textpoke_runner::bench::write(&reports, &to)?;
     for r in &reports {
         println!("\n{}", textpoke_runner::bench::markdown(r));
@@ -365,7 +365,7 @@ fn summary(dir: &std::path::Path) -> Result<bool> {
             "{} has no {}: nothing was planned there, so nothing can be judged \
              (`textpoke-runner plan` writes it)",
             dir.display(),
-            suite::MANIFEST
+            textpoke_runner::rundir::MANIFEST
         )
     })?;
     let entries =

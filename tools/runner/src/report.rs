@@ -185,17 +185,9 @@ pub fn tally<'a>(reports: impl IntoIterator<Item = &'a BootReport>) -> Tally {
 /// A `DIR/*.json` file: its path and its report, or why it could not be read.
 pub type Entry = (PathBuf, Result<BootReport, String>);
 
-/// Reads every `*.json` file in `dir`, sorted by file name.
+/// Reads every report in `dir` (its `*.json` but the manifest), sorted by file name.
 pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    paths.retain(|p| {
-        p.extension().is_some_and(|e| e == "json")
-            && p.file_name().is_some_and(|n| n != crate::suite::MANIFEST)
-    });
-    paths.sort();
-    Ok(paths
+    Ok(crate::rundir::files(dir, crate::rundir::is_report)?
         .into_iter()
         .map(|p| {
             let report = std::fs::read_to_string(&p)
@@ -226,7 +218,7 @@ pub fn summary(entries: &[Entry], planned: &[Expected]) -> (String, bool) {
         .filter(|e| {
             !unreadable
                 .iter()
-                .any(|(p, _)| p.file_stem().is_some_and(|s| *s == *e.name))
+                .any(|(p, _)| crate::rundir::report_name(p) == Some(e.name.as_str()))
         })
         .collect();
 
