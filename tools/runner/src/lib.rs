@@ -16,6 +16,7 @@ pub mod rundir;
 pub mod splat;
 pub mod stats;
 pub mod suite;
+pub mod summary;
 pub mod trapcost;
 pub mod trappath;
 

@@ -13,6 +13,7 @@ use textpoke_runner::report;
 use textpoke_runner::suite::{
     self, Artifact, Echo, Manifest, PlannedBoot, RunOptions, Suite, Variant,
 };
+use textpoke_runner::summary;
 
 #[derive(Parser)]
 #[command(
@@ -370,7 +371,7 @@ fn summary(dir: &std::path::Path) -> Result<bool> {
     })?;
     let entries =
         report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let (text, ok) = report::summary(&entries, &manifest.expected_reports());
+    let (text, ok) = summary::summary(&entries, &manifest.expected_reports());
     print!("{text}");
     Ok(ok)
 }
