@@ -289,7 +289,7 @@ fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<(
     let written = textpoke_runner::bench::write(&reports, &to)?;
     for r in &reports {
         println!("\n{}", textpoke_runner::bench::markdown(r));
-        for s in &r.sources {
+        for s in &r.flips.sources {
             for p in &s.problems {
                 eprintln!("textpoke-runner: {}: unreadable sample: {p}", s.log);
             }
