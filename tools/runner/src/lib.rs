@@ -13,6 +13,7 @@ pub mod kbench;
 pub mod ktap;
 pub mod qemu;
 pub mod report;
+pub mod results;
 pub mod retarget;
 pub mod rundir;
 pub mod section;
