@@ -15,10 +15,13 @@
 //! textpoke's. On arm64 only textpoke guards anything: there the stock modes' count is the
 //! check that the interrupts are subtracted right (it must be about 0).
 
-use crate::bench::{median, Sample, Spread};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::section::{parse_lines, runner_arch};
+use crate::stats::{median, Spread};
 
 /// The prefix of the agent's histogram lines (tools/agent/src/bench.rs `gaps_json`).
 pub const PREFIX: &str = "textpoke-gaps: ";
@@ -41,6 +44,19 @@ pub struct Gaps {
     pub flip: BTreeMap<u32, u64>,
     /// The flip, interrupted executions.
     pub flip_x: BTreeMap<u32, u64>,
+}
+
+/// A flip as the histograms see it: what joins a `textpoke-gaps:` line to it, where its
+/// histograms go, and the engine's own trap count to check them against.
+pub trait Flip {
+    /// Its arch (as the runner names it), mode, N and round.
+    fn key(&self) -> (&str, &str, u32, u32);
+    /// Its histograms, if the log has them.
+    fn gaps(&self) -> Option<&Gaps>;
+    /// Where the histograms joined to it go.
+    fn gaps_mut(&mut self) -> &mut Option<Gaps>;
+    /// textpoke only: the traps the engine counted during the flip.
+    fn engine_traps(&self) -> Option<u64>;
 }
 
 /// One `textpoke-gaps:` line: up to 40 (bucket, count) pairs of one histogram of one sample.
@@ -94,20 +110,21 @@ pub fn hist_median(h: &BTreeMap<u32, u64>) -> Option<f64> {
 
 /// Joins the `textpoke-gaps:` lines of a log to its samples (by arch, mode, N and round).
 /// Returns the lines that could not be read or matched (`line N: why`).
-pub fn attach(log: &str, samples: &mut [Sample]) -> Vec<String> {
-    let (lines, mut problems) = crate::bench::parse_lines(log, PREFIX, |_: &mut Line| Ok(()));
+pub fn attach<F: Flip>(log: &str, samples: &mut [F]) -> Vec<String> {
+    let (lines, mut problems) = parse_lines(log, PREFIX, |_: &mut Line| Ok(()));
     for line in lines {
-        let arch = crate::bench::runner_arch(&line.arch);
-        let Some(s) = samples.iter_mut().find(|s| {
-            s.arch == arch && s.mode == line.mode && s.n == line.n && s.round == line.round
-        }) else {
+        let arch = runner_arch(&line.arch);
+        let Some(s) = samples
+            .iter_mut()
+            .find(|s| s.key() == (arch.as_str(), line.mode.as_str(), line.n, line.round))
+        else {
             problems.push(format!(
                 "gaps of {} n={} round {} without their sample",
                 line.mode, line.n, line.round
             ));
             continue;
         };
-        let gaps = s.gaps.get_or_insert_with(Gaps::default);
+        let gaps = s.gaps_mut().get_or_insert_with(Gaps::default);
         let into = match line.window.as_str() {
             "before" => &mut gaps.before,
             "before_x" => &mut gaps.before_x,
@@ -169,18 +186,18 @@ impl Trapped {
 }
 
 /// [`Trapped`] of the samples of one (mode, N); `None` if none carries histograms.
-pub fn trapped(samples: &[&Sample]) -> Option<Trapped> {
+pub fn trapped<F: Flip>(samples: &[&F]) -> Option<Trapped> {
     let mut counts = Vec::new();
     let mut plains = Vec::new();
     let mut vs_counter = Vec::new();
     let mut pooled: BTreeMap<u32, u64> = BTreeMap::new();
     for s in samples {
-        let Some((g, t)) = s.gaps.as_ref().and_then(|g| Some((g, flip_traps(g)?))) else {
+        let Some((g, t)) = s.gaps().and_then(|g| Some((g, flip_traps(g)?))) else {
             continue;
         };
         counts.push(t.trapped);
         plains.push(t.plain_ns);
-        if let Some(engine) = s.traps.filter(|&e| e > 0) {
+        if let Some(engine) = s.engine_traps().filter(|&e| e > 0) {
             vs_counter.push(t.trapped / engine as f64);
         }
         for (&b, &c) in &g.flip_x {
@@ -195,21 +212,26 @@ pub fn trapped(samples: &[&Sample]) -> Option<Trapped> {
     })
 }
 
-/// The trap-work table of one arch, or `None` if no sample carries histograms.
-pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
-    let rows: Vec<&crate::bench::ConfigStats> = r
-        .configs
-        .iter()
-        .filter(|c| c.mode != crate::bench::IDLE && c.trapped.is_some())
-        .collect();
+/// One row of the trap-work table: a (mode, N) whose samples carry histograms.
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    /// Sites per flip.
+    pub n: u32,
+    /// The mode's label for people.
+    pub mode: &'a str,
+    /// What its histograms say.
+    pub trapped: &'a Trapped,
+}
+
+/// The trap-work table of `arch`, or `None` without rows.
+pub fn markdown(arch: &str, rows: &[Row]) -> Option<String> {
     if rows.is_empty() {
         return None;
     }
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "#### {}: trap work on the other CPUs during a flip, seen by the executors\n",
-        r.arch
+        "#### {arch}: trap work on the other CPUs during a flip, seen by the executors\n"
     );
     let _ = writeln!(
         out,
@@ -217,8 +239,8 @@ pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
          plain execution ns | trapped execution ns | a trap's extra ns |"
     );
     let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
-    for c in &rows {
-        let Some(t) = &c.trapped else { continue };
+    for c in rows {
+        let t = c.trapped;
         // Without traps the interrupted executions are the ticks and IPIs the subtraction
         // leaves (a few per flip, each a vCPU switch long): no trap to cost.
         let ns = |v: Option<f64>| match v {
@@ -229,7 +251,7 @@ pub fn markdown(r: &crate::bench::ArchReport) -> Option<String> {
             out,
             "| {} | {} | {:.0} ({:.0}–{:.0}) | {} | {:.0} | {} | {} |",
             c.n,
-            crate::bench::mode_label(&c.mode),
+            c.mode,
             t.count.median,
             t.count.p25,
             t.count.p75,
@@ -321,22 +343,34 @@ mod tests {
         );
     }
 
+    /// A flip of 16 sites on x86_64.
+    struct Sample {
+        mode: String,
+        round: u32,
+        traps: Option<u64>,
+        gaps: Option<Gaps>,
+    }
+
+    impl Flip for Sample {
+        fn key(&self) -> (&str, &str, u32, u32) {
+            ("x86_64", &self.mode, 16, self.round)
+        }
+        fn gaps(&self) -> Option<&Gaps> {
+            self.gaps.as_ref()
+        }
+        fn gaps_mut(&mut self) -> &mut Option<Gaps> {
+            &mut self.gaps
+        }
+        fn engine_traps(&self) -> Option<u64> {
+            self.traps
+        }
+    }
+
     fn sample(mode: &str, round: u32, traps: Option<u64>, g: Option<Gaps>) -> Sample {
         Sample {
-            arch: "x86_64".into(),
-            cpus: 2,
             mode: mode.into(),
-            n: 16,
             round,
-            rounds: 2,
-            ns: 1000,
-            on: round.is_multiple_of(2),
-            syncs: 3,
-            records: 16,
-            call_ipis: 0,
-            stall_ns: 0,
             traps,
-            parts: BTreeMap::new(),
             gaps: g,
         }
     }

@@ -3,16 +3,17 @@
 //! (tools/agent/src/kbench.rs logs one `textpoke-kbench: {json}` line per round, path and
 //! workload, the two paths interleaved ABBA). Per workload: the sites textpoke changed, the
 //! spread of the time on each path, the ratio of the medians (textpoke over stock) with the
-//! same percentile bootstrap as the flips' ratios (see bench.rs), and the median function-call
+//! same percentile bootstrap as the flips' ratios (see stats.rs), and the median function-call
 //! IPIs and all-CPU syncs.
 
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_ratio_of_medians, human_ns, median, ratio_text, Interval, Spread, RESAMPLES, SEED,
+use crate::section::{
+    human_ns, in_log, parse_lines, ratio_text, runner_arch, Headline, Log, Section, SEED,
 };
+use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-kbench: ";
@@ -59,11 +60,11 @@ pub struct KbenchSample {
 /// Reads the `textpoke-kbench:` lines of a console log: the samples in log order, and the lines
 /// that could not be read (`line N: why`).
 pub fn parse_log(log: &str) -> (Vec<KbenchSample>, Vec<String>) {
-    crate::bench::parse_lines(log, PREFIX, |s: &mut KbenchSample| {
+    parse_lines(log, PREFIX, |s: &mut KbenchSample| {
         if s.path != "textpoke" && s.path != "stock" {
             return Err(format!("unknown path {}", s.path));
         }
-        s.arch = crate::bench::runner_arch(&s.arch);
+        s.arch = runner_arch(&s.arch);
         Ok(())
     })
 }
@@ -140,7 +141,7 @@ pub fn analyse(samples: Vec<KbenchSample>) -> KbenchReport {
                 &a,
                 &b,
                 RESAMPLES,
-                crate::bench::fold_seed(SEED, &format!("kbench {w}")),
+                fold_seed(SEED, &format!("kbench {w}")),
             ),
             textpoke,
             stock,
@@ -215,6 +216,52 @@ pub fn markdown(r: &KbenchReport) -> String {
         let _ = writeln!(out, "\nUnreadable sample lines: {}", r.problems.join("; "));
     }
     out
+}
+
+impl Section for KbenchReport {
+    fn prefix() -> &'static str {
+        PREFIX
+    }
+
+    fn read(log: &Log) -> Option<Self> {
+        let (samples, problems) = parse_log(log.text);
+        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
+            samples,
+            problems: in_log(log, problems),
+            ..Self::default()
+        })
+    }
+
+    fn arch(&self) -> Option<&str> {
+        self.samples.first().map(|s| s.arch.as_str())
+    }
+
+    fn merge(&mut self, other: Self) {
+        self.samples.extend(other.samples);
+        self.problems.extend(other.problems);
+    }
+
+    /// The problems stay: [`analyse`] does not know the logs they name.
+    fn analyse(&mut self) {
+        let problems = std::mem::take(&mut self.problems);
+        *self = analyse(std::mem::take(&mut self.samples));
+        self.problems = problems;
+    }
+
+    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
+        Some(markdown(self))
+    }
+
+    fn headlines(&self) -> Vec<Headline> {
+        self.rows
+            .iter()
+            .map(|r| Headline {
+                what: format!("kernel patching, textpoke ÷ stock, {}", r.workload),
+                ratio: r.ratio,
+                ci95: r.ci95,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

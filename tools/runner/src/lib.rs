@@ -5,15 +5,23 @@
 //! The binary `textpoke-runner` is a thin command-line layer over these modules.
 
 pub mod bench;
+pub mod breakdown;
+pub mod flips;
 pub mod gaps;
 pub mod judge;
 pub mod kbench;
 pub mod ktap;
 pub mod qemu;
 pub mod report;
+pub mod results;
 pub mod retarget;
+pub mod rundir;
+pub mod section;
 pub mod splat;
+pub mod stats;
 pub mod suite;
+pub mod summary;
+pub mod svg;
 pub mod trapcost;
 pub mod trappath;
 

@@ -1,6 +1,7 @@
 //! `textpoke-runner`: plans the boots of a make target (`plan`), runs them (`suite`), boots one
 //! guest under QEMU and judges it (`boot`), summarises a run directory (`summary`), reports the
-//! benchmarks of one (`bench-report`), or judges a saved console log (`parse`).
+//! benchmarks of one (`bench-report`), renders a finished one's results for the docs
+//! (`report`), or judges a saved console log (`parse`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use textpoke_runner::report;
 use textpoke_runner::suite::{
     self, Artifact, Echo, Manifest, PlannedBoot, RunOptions, Suite, Variant,
 };
+use textpoke_runner::summary;
 
 #[derive(Parser)]
 #[command(
@@ -102,6 +104,26 @@ enum Cmd {
         /// Where to write instead of DIR/bench.
         #[arg(long, value_name = "DIR")]
         to: Option<PathBuf>,
+    },
+    /// Render a finished run directory's results as Markdown, for the README and docs.
+    ///
+    /// A row per boot and per check, `N passed, M failed`, the wall time, and the bench
+    /// report's ratios if there is one. Prints it, or with --readme/--results puts it between the
+    /// lines `<!-- textpoke-runner report: begin -->` and `<!-- textpoke-runner report: end -->`
+    /// of those files instead; a file without them is an error, and then no file is changed.
+    Report {
+        /// The run directory (with its manifest.json).
+        dir: PathBuf,
+        /// The bench report: a directory with bench-ARCH.json, or whose bench/ has them (by
+        /// default DIR/bench, if it has them).
+        #[arg(long, value_name = "DIR")]
+        bench: Option<PathBuf>,
+        /// A README to update.
+        #[arg(long, value_name = "FILE")]
+        readme: Option<PathBuf>,
+        /// A results document to update.
+        #[arg(long, value_name = "FILE")]
+        results: Option<PathBuf>,
     },
     /// Judge a saved console log as `boot` would, without booting.
     Parse {
@@ -208,6 +230,18 @@ fn main() -> ExitCode {
         Cmd::Boot(args) => boot(args),
         Cmd::Summary { dir } => summary(&dir),
         Cmd::BenchReport { dir, to } => bench_report(&dir, to.as_deref()).map(|()| true),
+        Cmd::Report {
+            dir,
+            bench,
+            readme,
+            results,
+        } => report_results(
+            &dir,
+            bench.as_deref(),
+            readme.as_deref(),
+            results.as_deref(),
+        )
+        .map(|()| true),
         Cmd::Parse { log, expect } => parse(&log, &expect),
     };
     match result {
@@ -284,11 +318,11 @@ fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -
 /// plots to `to` (by default DIR/bench).
 fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<()> {
     let reports = textpoke_runner::bench::read_dir(dir)?;
-    let to = to.map_or_else(|| textpoke_runner::bench::default_out(dir), Into::into);
+    let to = to.map_or_else(|| textpoke_runner::rundir::bench_dir(dir), Into::into);
     let written = textpoke_runner::bench::write(&reports, &to)?;
     for r in &reports {
         println!("\n{}", textpoke_runner::bench::markdown(r));
-        for s in &r.sources {
+        for s in &r.flips.sources {
             for p in &s.problems {
                 eprintln!("textpoke-runner: {}: unreadable sample: {p}", s.log);
             }
@@ -296,6 +330,28 @@ fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<(
     }
     for path in written {
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Renders the results of the run directory `dir` (and of the bench report in `bench`); prints
+/// them, or puts them into `readme` and `results`.
+fn report_results(
+    dir: &std::path::Path,
+    bench: Option<&std::path::Path>,
+    readme: Option<&std::path::Path>,
+    results: Option<&std::path::Path>,
+) -> Result<()> {
+    let run = textpoke_runner::results::read(dir, bench)?;
+    let block = textpoke_runner::results::markdown(&run);
+    let files: Vec<&std::path::Path> = readme.into_iter().chain(results).collect();
+    if files.is_empty() {
+        print!("{block}");
+        return Ok(());
+    }
+    textpoke_runner::results::update_files(&files, &block)?;
+    for f in files {
+        println!("updated {}", f.display());
     }
     Ok(())
 }
@@ -365,12 +421,12 @@ fn summary(dir: &std::path::Path) -> Result<bool> {
             "{} has no {}: nothing was planned there, so nothing can be judged \
              (`textpoke-runner plan` writes it)",
             dir.display(),
-            suite::MANIFEST
+            textpoke_runner::rundir::MANIFEST
         )
     })?;
     let entries =
         report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let (text, ok) = report::summary(&entries, &manifest.expected_reports());
+    let (text, ok) = summary::summary(&entries, &manifest.expected_reports());
     print!("{text}");
     Ok(ok)
 }

@@ -1,13 +1,11 @@
-//! The per-boot JSON report and the summary over a directory of them.
+//! The per-boot JSON report (`DIR/NAME.json`), reading a directory of them, and adding them up.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::judge::{Counts, Judgement, Verdict};
 use crate::qemu::Arch;
-use crate::suite::Expected;
 
 /// One KTAP document, as recorded in a report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,144 +180,35 @@ pub fn tally<'a>(reports: impl IntoIterator<Item = &'a BootReport>) -> Tally {
     t
 }
 
-/// A `DIR/*.json` file: its path and its report, or why it could not be read.
-pub type Entry = (PathBuf, Result<BootReport, String>);
+/// A report file of a run directory: its path and its report, or why it could not be read.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The file.
+    pub path: PathBuf,
+    /// What it holds.
+    pub report: Result<BootReport, String>,
+}
 
-/// Reads every `*.json` file in `dir`, sorted by file name.
+/// Reads every report in `dir` (its `*.json` but the manifest), sorted by file name.
 pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    paths.retain(|p| {
-        p.extension().is_some_and(|e| e == "json")
-            && p.file_name().is_some_and(|n| n != crate::suite::MANIFEST)
-    });
-    paths.sort();
-    Ok(paths
+    Ok(crate::rundir::files(dir, crate::rundir::is_report)?
         .into_iter()
         .map(|p| {
             let report = std::fs::read_to_string(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()));
-            (p, report)
+            Entry { path: p, report }
         })
         .collect())
 }
 
-/// Renders the summary of a set of reports. `planned` is every report the run was planned to
-/// produce (its manifest's boots, kunit.py cross-checks and host checks); each one missing
-/// counts as a failure, named. Returns the text, whose last line is exactly
-/// `N passed, M failed`, and whether everything came out as expected.
-pub fn summary(entries: &[Entry], planned: &[Expected]) -> (String, bool) {
-    let reports: Vec<&BootReport> = entries
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let unreadable: Vec<(&PathBuf, &String)> = entries
-        .iter()
-        .filter_map(|(p, r)| r.as_ref().err().map(|e| (p, e)))
-        .collect();
-    // A report that is there but unreadable already counts as one failure.
-    let missing: Vec<&Expected> = planned
-        .iter()
-        .filter(|e| !reports.iter().any(|r| r.name == e.name))
-        .filter(|e| {
-            !unreadable
-                .iter()
-                .any(|(p, _)| p.file_stem().is_some_and(|s| *s == *e.name))
-        })
-        .collect();
-
-    let header = [
-        "NAME", "ARCH", "SMP", "VERDICT", "EXPECTED", "PASS", "FAIL", "SKIP", "SECS", "RESULT",
-        "LOG",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for r in &reports {
-        rows.push(vec![
-            r.name.clone(),
-            r.arch.to_string(),
-            r.smp.to_string(),
-            r.verdict.to_string(),
-            r.expected.to_string(),
-            r.counts.passed.to_string(),
-            r.counts.failed.to_string(),
-            r.counts.skipped.to_string(),
-            format!("{:.1}", r.seconds),
-            if r.ok { "ok" } else { "FAILED" }.to_owned(),
-            if r.ok { String::new() } else { r.log.clone() },
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|row| row[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
-
-    let failing: Vec<&&BootReport> = reports.iter().filter(|r| !r.ok).collect();
-    let failing_tests: Vec<String> = failing
-        .iter()
-        .flat_map(|r| {
-            r.failing_tests
-                .iter()
-                .map(move |t| format!("  {}: {t}", r.name))
-        })
-        .collect();
-    if !failing_tests.is_empty() {
-        let _ = writeln!(out, "\nFailing KTAP tests:");
-        for t in &failing_tests {
-            let _ = writeln!(out, "{t}");
-        }
-    }
-    if !missing.is_empty() {
-        let _ = writeln!(out, "\nPlanned but never reported:");
-        for e in &missing {
-            let _ = writeln!(
-                out,
-                "  {}: never reported ({})",
-                e.name,
-                e.source.why_missing()
-            );
-        }
-    }
-    if !failing.is_empty() || !unreadable.is_empty() {
-        let _ = writeln!(out, "\nFailed:");
-        for r in &failing {
-            let _ = writeln!(out, "  {}: {} (log: {})", r.name, r.reason, r.log);
-        }
-        for (p, e) in &unreadable {
-            let _ = writeln!(out, "  {}: unreadable report: {e}", p.display());
-        }
-    }
-
-    let mut t = tally(reports.iter().copied());
-    t.failed += unreadable.len() + missing.len();
-    let _ = writeln!(out, "\n{} skipped", t.skipped);
-    let _ = writeln!(out, "{} passed, {} failed", t.passed, t.failed);
-    let all_ok = t.failed == 0 && failing.is_empty() && unreadable.is_empty() && missing.is_empty();
-    (out, all_ok)
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::suite::Source;
 
-    fn expected(name: &str, source: Source) -> Expected {
-        Expected {
-            name: name.to_owned(),
-            source,
-        }
-    }
-
-    fn report(
+    /// A report of boot `name` expected to come out as `expected` that came out as `verdict`
+    /// with `counts` (passed, failed, skipped).
+    pub(crate) fn report(
         name: &str,
         expected: Verdict,
         verdict: Verdict,
@@ -368,126 +257,6 @@ mod tests {
                 skipped: 2
             }
         );
-    }
-
-    #[test]
-    fn summary_text_and_exit() {
-        use Verdict::*;
-        let entries: Vec<Entry> = vec![
-            (
-                PathBuf::from("out/a.json"),
-                Ok(report("a", Pass, Pass, (4, 0, 1))),
-            ),
-            (
-                PathBuf::from("out/b.json"),
-                Ok(report("b", NotOk, NotOk, (1, 1, 0))),
-            ),
-        ];
-        let (text, ok) = summary(&entries, &[]);
-        assert!(ok, "{text}");
-        assert_eq!(text.lines().last(), Some("5 passed, 0 failed"));
-        assert!(text.contains("\n1 skipped\n"), "{text}");
-        assert!(!text.contains("Failing"), "{text}");
-        assert!(
-            text.starts_with("NAME  ARCH    SMP  VERDICT  EXPECTED"),
-            "{text}"
-        );
-
-        let mut bad = report("c", Pass, Splat, (3, 0, 0));
-        bad.reason = "kernel splat at log line 9: WARNING: x".into();
-        let entries: Vec<Entry> = vec![
-            (
-                PathBuf::from("out/a.json"),
-                Ok(report("a", Pass, NotOk, (4, 1, 0))),
-            ),
-            (PathBuf::from("out/c.json"), Ok(bad)),
-            (
-                PathBuf::from("out/d.json"),
-                Err("expected value at line 1".into()),
-            ),
-        ];
-        let (text, ok) = summary(&entries, &[]);
-        assert!(!ok);
-        assert_eq!(text.lines().last(), Some("7 passed, 3 failed"));
-        assert!(
-            text.contains("Failing KTAP tests:\n  a: suite/t0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("  c: kernel splat at log line 9: WARNING: x (log: out/c.log)"),
-            "{text}"
-        );
-        assert!(text.contains("out/d.json: unreadable report"), "{text}");
-    }
-
-    #[test]
-    fn ok_false_fails_the_summary_even_without_a_failed_count() {
-        let mut r = report("a", Verdict::Pass, Verdict::Pass, (2, 0, 0));
-        r.ok = false; // e.g. `--expect-log` not found
-        let (text, ok) = summary(&[(PathBuf::from("a.json"), Ok(r))], &[]);
-        assert!(!ok);
-        assert_eq!(text.lines().last(), Some("2 passed, 1 failed"));
-    }
-
-    #[test]
-    fn a_planned_boot_without_a_report_fails_by_name() {
-        let entries: Vec<Entry> = vec![(
-            PathBuf::from("out/x86_64-smp2.json"),
-            Ok(report(
-                "x86_64-smp2",
-                Verdict::Pass,
-                Verdict::Pass,
-                (4, 0, 0),
-            )),
-        )];
-        let planned = [
-            expected("x86_64-smp2", Source::Boot),
-            expected("arm64-smp2", Source::Boot),
-        ];
-        let (text, ok) = summary(&entries, &planned);
-        assert!(!ok, "{text}");
-        assert!(
-            text.contains(
-                "Planned but never reported:\n  arm64-smp2: never reported (boot: its guest was \
-                 not built, or the suite did not run it)\n"
-            ),
-            "{text}"
-        );
-        assert_eq!(text.lines().last(), Some("4 passed, 1 failed"));
-        let (text, ok) = summary(&entries, &planned[..1]);
-        assert!(ok, "{text}");
-    }
-
-    #[test]
-    fn a_planned_host_check_without_a_report_fails_by_name() {
-        let entries: Vec<Entry> = vec![
-            (
-                PathBuf::from("out/clippy.json"),
-                Ok(report("clippy", Verdict::Pass, Verdict::Pass, (1, 0, 0))),
-            ),
-            (
-                PathBuf::from("out/rustfmt.json"),
-                Err("EOF while parsing a value at line 3".into()),
-            ),
-        ];
-        let planned = [
-            expected("clippy", Source::HostCheck),
-            expected("loom", Source::HostCheck),
-            expected("rustfmt", Source::HostCheck),
-        ];
-        let (text, ok) = summary(&entries, &planned);
-        assert!(!ok, "{text}");
-        assert!(
-            text.contains("\n  loom: never reported (host check: its lane died"),
-            "{text}"
-        );
-        // A report that is there but unreadable fails once, as unreadable.
-        assert!(!text.contains("rustfmt: never reported"), "{text}");
-        assert!(
-            text.contains("out/rustfmt.json: unreadable report"),
-            "{text}"
-        );
-        assert_eq!(text.lines().last(), Some("1 passed, 2 failed"));
     }
 
     #[test]

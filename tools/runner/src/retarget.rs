@@ -14,9 +14,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_ratio_of_medians, human_ns, median, ratio_text, Interval, Spread, RESAMPLES, SEED,
+use crate::section::{
+    human_ns, in_log, parse_lines, ratio_ci_text, runner_arch, Headline, Log, Section, SEED,
 };
+use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-retarget: ";
@@ -119,12 +120,12 @@ impl RetargetSample {
 /// Reads the `textpoke-retarget:` lines of a console log: the samples in log order, and the
 /// lines that could not be read (`line N: why`).
 pub fn parse_log(log: &str) -> (Vec<RetargetSample>, Vec<String>) {
-    crate::bench::parse_lines(log, PREFIX, |s: &mut RetargetSample| {
+    parse_lines(log, PREFIX, |s: &mut RetargetSample| {
         // No time per retarget without retargets.
         if s.n == 0 {
             return Err("n is 0".into());
         }
-        s.arch = crate::bench::runner_arch(&s.arch);
+        s.arch = runner_arch(&s.arch);
         Ok(())
     })
 }
@@ -175,11 +176,11 @@ pub struct RetargetReport {
     pub problems: Vec<String>,
 }
 
-/// The bootstrap's seed for a traps kind: the bench's [`SEED`] folded with the kind's name
-/// (FNV-1a steps, as bench.rs seeds each (N, mode)), so that each kind has its own stream and
+/// The bootstrap's seed for a traps kind: the report's [`SEED`] folded with the kind's name
+/// (FNV-1a steps, as flips.rs seeds each (N, mode)), so that each kind has its own stream and
 /// a report is reproducible from its samples.
 fn seed_for(traps: Traps) -> u64 {
-    crate::bench::fold_seed(SEED, &format!("retarget {}", traps.name()))
+    fold_seed(SEED, &format!("retarget {}", traps.name()))
 }
 
 fn per_retarget(samples: &[RetargetSample], traps: Traps, method: Method) -> Vec<f64> {
@@ -365,15 +366,7 @@ pub fn markdown(r: &RetargetReport) -> String {
         let _ = writeln!(out, "\n| traps | reopen ÷ modify (95% CI) |");
         let _ = writeln!(out, "|---|---:|");
         for ratio in &r.ratios {
-            let cell = match ratio.ci95 {
-                Some(ci) => format!(
-                    "{} ({}–{})",
-                    ratio_text(ratio.ratio),
-                    ratio_text(ci.lo),
-                    ratio_text(ci.hi)
-                ),
-                None => ratio_text(ratio.ratio),
-            };
+            let cell = ratio_ci_text(ratio.ratio, ratio.ci95);
             let _ = writeln!(out, "| {} | {cell} |", ratio.traps.name());
         }
     }
@@ -404,10 +397,64 @@ pub fn markdown(r: &RetargetReport) -> String {
     out
 }
 
+impl Section for RetargetReport {
+    fn prefix() -> &'static str {
+        PREFIX
+    }
+
+    fn read(log: &Log) -> Option<Self> {
+        let (samples, problems) = parse_log(log.text);
+        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
+            samples,
+            problems: in_log(log, problems),
+            ..Self::default()
+        })
+    }
+
+    fn arch(&self) -> Option<&str> {
+        self.samples.first().map(|s| s.arch.as_str())
+    }
+
+    fn merge(&mut self, other: Self) {
+        self.samples.extend(other.samples);
+        self.problems.extend(other.problems);
+    }
+
+    /// The problems stay: [`analyse`] does not know the logs they name.
+    fn analyse(&mut self) {
+        let problems = std::mem::take(&mut self.problems);
+        *self = analyse(std::mem::take(&mut self.samples));
+        self.problems = problems;
+    }
+
+    /// Without flips the CPUs come from the retarget samples.
+    fn cpus(&self) -> Option<u32> {
+        self.samples.iter().map(|s| s.cpus).max()
+    }
+
+    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
+        Some(markdown(self))
+    }
+
+    fn headlines(&self) -> Vec<Headline> {
+        self.ratios
+            .iter()
+            .map(|r| Headline {
+                what: format!(
+                    "retargeting a breakpoint, reopen ÷ modify, traps {}",
+                    r.traps.name()
+                ),
+                ratio: r.ratio,
+                ci95: r.ci95,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::bench::ArchReport;
+    use crate::section::ratio_text;
 
     fn sample(traps: Traps, method: Method, round: u32, n: u32, ns: u64) -> RetargetSample {
         RetargetSample {
@@ -425,7 +472,7 @@ mod tests {
 
     /// Three rounds of each (traps, method), modify 1 µs per retarget (± 10 ns by round),
     /// reopen 10 µs when never trapping and 4 µs when always.
-    fn samples() -> Vec<RetargetSample> {
+    pub(crate) fn samples() -> Vec<RetargetSample> {
         let mut v = Vec::new();
         for round in 0..3u32 {
             let step = 10 * u64::from(round);
@@ -473,8 +520,8 @@ mod tests {
         assert!(problems[0].starts_with("line 5:"), "{problems:?}");
         assert!(problems[1].starts_with("line 6:"), "{problems:?}");
         assert_eq!(problems[2], "line 7: n is 0");
-        // The bench's parser leaves these lines alone.
-        assert_eq!(crate::bench::parse_log(log).samples.len(), 1);
+        // The flips' parser leaves these lines alone.
+        assert_eq!(crate::flips::parse_log(log).samples.len(), 1);
     }
 
     #[test]
@@ -583,115 +630,6 @@ mod tests {
                  hits (want 0); always/modify round 0: 97 hits (want 100)."
             ),
             "{md}"
-        );
-    }
-
-    #[test]
-    fn arch_reports_without_retarget_still_read() {
-        let bench = crate::bench::parse_log(
-            "textpoke-bench: {\"arch\":\"x86_64\",\"cpus\":4,\"mode\":\"textpoke\",\"n\":16,\"round\":0,\"ns\":10,\"syncs\":0,\"records\":16,\"call_ipis\":4,\"stall_ns\":1}\n",
-        );
-        let plain = crate::bench::analyse("x86_64", bench.samples, Vec::new());
-        assert_eq!(plain.retarget, None);
-        let json = serde_json::to_string(&plain).unwrap();
-        // Older reports have no such field, and a report without retarget lines writes none.
-        assert!(!json.contains("retarget"), "{json}");
-        assert_eq!(serde_json::from_str::<ArchReport>(&json).unwrap(), plain);
-        let mut with = plain.clone();
-        with.retarget = Some(analyse(samples()));
-        let json = serde_json::to_string(&with).unwrap();
-        let back = serde_json::from_str::<ArchReport>(&json).unwrap();
-        // serde_json reads some floats one ulp off (without its `float_roundtrip`), so compare
-        // as JSON read the same way.
-        assert_eq!(
-            serde_json::to_value(&back).unwrap(),
-            serde_json::from_str::<serde_json::Value>(&json).unwrap()
-        );
-        assert_eq!(back.retarget.unwrap().samples, samples());
-        assert!(crate::bench::markdown(&with).contains("(PERF_EVENT_IOC_MODIFY_ATTRIBUTES)"));
-        assert!(!crate::bench::markdown(&plain).contains("(PERF_EVENT_IOC_MODIFY_ATTRIBUTES)"));
-    }
-
-    #[test]
-    fn read_dir_reports_an_arch_with_only_retarget_lines() {
-        let dir = std::env::temp_dir().join(format!("textpoke-retarget-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let line = |arch: &str, traps: &str, method: &str, ns: u64, hits: u32| {
-            format!(
-                "[    5.0] textpoke-retarget: {{\"arch\":\"{arch}\",\"cpus\":2,\"traps\":\"{traps}\",\
-                 \"method\":\"{method}\",\"round\":0,\"rounds\":1,\"n\":4,\"ns\":{ns},\"hits\":{hits}}}\n"
-            )
-        };
-        let x86: String = [
-            line("x86_64", "never", "modify", 400, 0),
-            line("x86_64", "never", "reopen", 4000, 0),
-            line("x86_64", "always", "modify", 800, 4),
-            line("x86_64", "always", "reopen", 3200, 4),
-            "[    6.0] textpoke-retarget: {\n".into(),
-        ]
-        .concat();
-        let arm = "[    1.0] textpoke-bench: {\"arch\":\"aarch64\",\"cpus\":4,\"mode\":\"textpoke\",\"n\":16,\"round\":0,\"ns\":10,\"syncs\":0,\"records\":16,\"call_ipis\":4,\"stall_ns\":1}\n";
-        std::fs::write(dir.join("a-x86_64.log"), x86).unwrap();
-        std::fs::write(dir.join("b-arm64.log"), arm).unwrap();
-        std::fs::write(dir.join("c-none.log"), "nothing here\n").unwrap();
-        let reports = crate::bench::read_dir(&dir);
-        let to = dir.join("bench");
-        let written = reports.as_ref().ok().map(|r| crate::bench::write(r, &to));
-        let _ = std::fs::remove_dir_all(&dir);
-        let reports = reports.unwrap();
-        assert_eq!(reports.len(), 2);
-        let x86 = &reports[0];
-        assert_eq!((x86.arch.as_str(), x86.cpus), ("x86_64", 2));
-        assert!(x86.configs.is_empty() && x86.samples.is_empty());
-        let rt = x86.retarget.as_ref().unwrap();
-        assert_eq!(rt.samples.len(), 4);
-        assert_eq!(rt.ratio(Traps::Never).unwrap().ratio, 10.0);
-        assert_eq!(rt.ratio(Traps::Always).unwrap().ratio, 4.0);
-        assert_eq!(rt.problems.len(), 1);
-        // The log is named: the report's problems come from every log of the arch.
-        assert!(
-            rt.problems[0].contains("a-x86_64.log: line 5: "),
-            "{:?}",
-            rt.problems
-        );
-        let md = crate::bench::markdown(x86);
-        // No empty flips table, only the retarget section.
-        assert!(
-            md.starts_with(
-                "### Retargeting a hardware breakpoint (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)\n"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("x86_64, 2 CPUs (QEMU TCG)"), "{md}");
-        assert!(md.contains("- 1 unreadable sample lines: "), "{md}");
-        assert_eq!(reports[1].arch, "arm64");
-        assert_eq!(reports[1].retarget, None);
-        // Markdown and JSON for both; no plot without flips.
-        let written = written.unwrap().unwrap();
-        let names: Vec<String> = written
-            .iter()
-            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "bench-x86_64.md",
-                "bench-x86_64.json",
-                "bench-arm64.md",
-                "bench-arm64.json",
-                "bench-arm64.svg"
-            ]
-        );
-        // Neither kind of line: the error names both.
-        let empty =
-            std::env::temp_dir().join(format!("textpoke-retarget-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&empty).unwrap();
-        std::fs::write(empty.join("x.log"), "nothing\n").unwrap();
-        let err = crate::bench::read_dir(&empty).unwrap_err();
-        let _ = std::fs::remove_dir_all(&empty);
-        assert!(
-            err.contains("`textpoke-bench:`") && err.contains("`textpoke-retarget:`"),
-            "{err}"
         );
     }
 }

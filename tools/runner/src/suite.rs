@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::judge::{self, Counts, Verdict};
 use crate::qemu::{self, Arch, Machine};
 use crate::report::{BootInfo, BootReport};
+use crate::rundir::{self, MANIFEST};
 use crate::splat;
 
 /// What a make target runs.
@@ -173,9 +174,6 @@ pub struct Manifest {
     pub checks: Vec<String>,
 }
 
-/// The manifest's file name in a run directory.
-pub const MANIFEST: &str = "manifest.json";
-
 /// A report a run must produce (`DIR/NAME.json`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expected {
@@ -211,9 +209,6 @@ impl Source {
     }
 }
 
-/// Suffix of the report of a boot's kunit.py cross-check.
-pub const KUNIT_SUFFIX: &str = "kunit";
-
 impl Manifest {
     /// The `(arch, variant)` pairs the boots need, in a stable order.
     pub fn artifacts(&self) -> Vec<(Arch, Variant)> {
@@ -231,7 +226,7 @@ impl Manifest {
     pub fn expected_reports(&self) -> Vec<Expected> {
         let boots = self.boots.iter().flat_map(|b| {
             let check = b.kunit_check.then(|| Expected {
-                name: format!("{}.{KUNIT_SUFFIX}", b.name),
+                name: rundir::kunit_name(&b.name),
                 source: Source::KunitCheck,
             });
             std::iter::once(Expected {
@@ -250,14 +245,14 @@ impl Manifest {
     /// Writes the manifest into `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let path = dir.join(MANIFEST);
+        let path = rundir::manifest(dir);
         let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
         std::fs::write(&path, json + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
     /// Reads the manifest of `dir`, if it has one.
     pub fn read(dir: &Path) -> Result<Option<Self>, String> {
-        let path = dir.join(MANIFEST);
+        let path = rundir::manifest(dir);
         match std::fs::read_to_string(&path) {
             Ok(s) => serde_json::from_str(&s)
                 .map(Some)
@@ -557,7 +552,7 @@ pub fn record(
         command: Vec::new(),
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    let path = out.join(format!("{name}.json"));
+    let path = rundir::report(out, name);
     std::fs::write(&path, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(report)
@@ -594,8 +589,8 @@ pub fn boot(
     echo: Echo,
 ) -> Result<BootReport, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let log_path = out.join(format!("{}.log", boot.name));
-    let json_path = out.join(format!("{}.json", boot.name));
+    let log_path = rundir::log(out, &boot.name);
+    let json_path = rundir::report(out, &boot.name);
     let machine = Machine {
         arch: boot.arch,
         kernel: artifact.kernel.clone(),
@@ -707,7 +702,7 @@ pub fn parse_kunit_summary(output: &str) -> Option<KunitCounts> {
 /// Runs `python3 KUNIT parse LOG` and compares its counts with the runner's for the same log;
 /// writes `DIR/NAME.kunit.json` as a one-test check and returns its report.
 pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootReport, String> {
-    let name = format!("{}.{KUNIT_SUFFIX}", boot.name);
+    let name = rundir::kunit_name(&boot.name);
     let output = Command::new("python3")
         .arg(kunit)
         .arg("parse")
@@ -720,7 +715,7 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
         ),
         Ok(o) => {
             let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            std::fs::write(out.join(format!("{name}.log")), &text)
+            std::fs::write(rundir::log(out, &name), &text)
                 .map_err(|e| format!("writing the kunit.py output: {e}"))?;
             match parse_kunit_summary(&text) {
                 None => (
@@ -772,7 +767,7 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
         failing_tests: if ok { Vec::new() } else { vec![name.clone()] },
         documents: Vec::new(),
         splat: None,
-        log: out.join(format!("{name}.log")).display().to_string(),
+        log: rundir::log(out, &name).display().to_string(),
         seconds: 0.0,
         qemu_status: None,
         command: vec![
@@ -783,7 +778,7 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
         ],
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    let path = out.join(format!("{name}.json"));
+    let path = rundir::report(out, &name);
     std::fs::write(&path, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(report)
@@ -849,7 +844,7 @@ pub fn run(
                         if let Ok(k) = &k {
                             println!("{}", summary_line(k));
                         }
-                        done.push((i, (format!("{}.{KUNIT_SUFFIX}", b.name), k)));
+                        done.push((i, (rundir::kunit_name(&b.name), k)));
                     }
                 }
                 results.lock().unwrap().extend(done);

@@ -9,7 +9,7 @@
 //! round by round. A run's cost per hit is `(probed_ns - unprobed_ns) / N`, the probe's cost
 //! without the call's. Per state: the median over the runs with its 95% bootstrap interval;
 //! then the ratio of the medians, loaded over not loaded, with its 95% bootstrap interval
-//! (both sides resampled: [`crate::bench::bootstrap_ratio_of_medians`]), held against the goal
+//! (both sides resampled: [`crate::stats::bootstrap_ratio_of_medians`]), held against the goal
 //! that a hit costs at most [`GOAL`] times as much with textpoke loaded. The report says whether
 //! the interval shows the goal met, not met, or cannot tell; it asserts nothing.
 
@@ -17,9 +17,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{
-    bootstrap_median, bootstrap_ratio_of_medians, fold_seed, median, ratio_text, Interval, Spread,
-    RESAMPLES, SEED,
+use crate::section::{in_log, parse_lines, ratio_text, runner_arch, Headline, Log, Section, SEED};
+use crate::stats::{
+    bootstrap_median, bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES,
 };
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
@@ -80,7 +80,7 @@ impl TrapcostSample {
 /// Reads the `textpoke-trapcost:` lines of a console log: the samples in log order, and the
 /// lines that could not be read (`line N: why`).
 pub fn parse_log(log: &str) -> (Vec<TrapcostSample>, Vec<String>) {
-    crate::bench::parse_lines(log, PREFIX, |s: &mut TrapcostSample| {
+    parse_lines(log, PREFIX, |s: &mut TrapcostSample| {
         if !MODES.iter().any(|(m, _)| *m == s.mode) {
             return Err(format!("unknown mode {}", s.mode));
         }
@@ -88,7 +88,7 @@ pub fn parse_log(log: &str) -> (Vec<TrapcostSample>, Vec<String>) {
         if s.n == 0 {
             return Err("n is 0".into());
         }
-        s.arch = crate::bench::runner_arch(&s.arch);
+        s.arch = runner_arch(&s.arch);
         Ok(())
     })
 }
@@ -423,10 +423,65 @@ pub fn markdown(r: &TrapcostReport) -> String {
     out
 }
 
+impl Section for TrapcostReport {
+    fn prefix() -> &'static str {
+        PREFIX
+    }
+
+    fn read(log: &Log) -> Option<Self> {
+        let (samples, problems) = parse_log(log.text);
+        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
+            samples,
+            problems: in_log(log, problems),
+            ..Self::default()
+        })
+    }
+
+    fn arch(&self) -> Option<&str> {
+        self.samples.first().map(|s| s.arch.as_str())
+    }
+
+    fn merge(&mut self, other: Self) {
+        self.samples.extend(other.samples);
+        self.problems.extend(other.problems);
+    }
+
+    /// The problems stay: [`analyse`] does not know the logs they name.
+    fn analyse(&mut self) {
+        let problems = std::mem::take(&mut self.problems);
+        *self = analyse(std::mem::take(&mut self.samples));
+        self.problems = problems;
+    }
+
+    /// Without flips the CPUs come from these samples.
+    fn cpus(&self) -> Option<u32> {
+        self.samples.iter().map(|s| s.cpus).max()
+    }
+
+    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
+        Some(markdown(self))
+    }
+
+    fn headlines(&self) -> Vec<Headline> {
+        self.ratio
+            .iter()
+            .map(|r| Headline {
+                what: format!(
+                    "a kprobe hit, textpoke loaded ÷ not loaded (goal ≤ {}: {})",
+                    ratio_text(r.goal),
+                    r.verdict.text()
+                ),
+                ratio: r.ratio,
+                ci95: r.ci95,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::SplitMix64;
+    use crate::stats::SplitMix64;
 
     fn sample(mode: &str, round: u32, per_hit_ns: u64) -> TrapcostSample {
         let n = 1000;
@@ -477,8 +532,8 @@ mod tests {
         assert_eq!(problems[1], "line 5: n is 0");
         assert!(problems[2].starts_with("line 6:"), "{problems:?}");
         // Neither of the other sections' parsers takes these lines, nor this one theirs.
-        assert_eq!(crate::bench::parse_log(log).samples.len(), 1);
-        assert!(crate::bench::parse_log(log).problems.is_empty());
+        assert_eq!(crate::flips::parse_log(log).samples.len(), 1);
+        assert!(crate::flips::parse_log(log).problems.is_empty());
     }
 
     #[test]
@@ -601,67 +656,5 @@ mod tests {
         assert!(markdown(&one).contains("No ratio:"));
         let none = analyse(Vec::new());
         assert!(markdown(&none).contains("No valid runs."));
-    }
-
-    #[test]
-    fn read_dir_reports_an_arch_with_only_foreign_trap_lines() {
-        let dir = std::env::temp_dir().join(format!("textpoke-trapcost-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let line = |mode: &str, round: u32, probed: u64| {
-            format!(
-                "[   50.0] {PREFIX}{{\"arch\":\"aarch64\",\"cpus\":4,\"round\":{round},\
-                 \"rounds\":2,\"mode\":\"{mode}\",\"n\":100,\"probed_ns\":{probed},\
-                 \"unprobed_ns\":500,\"hits\":100,\"post_hits\":100}}\n"
-            )
-        };
-        let log: String = [
-            line(LOADED, 0, 100_500),
-            line(ABSENT, 0, 100_500),
-            line(LOADED, 1, 110_500),
-            line(ABSENT, 1, 110_500),
-            format!("[   51.0] {PREFIX}{{\n"),
-        ]
-        .concat();
-        std::fs::write(dir.join("arm64-bench.log"), log).unwrap();
-        let reports = crate::bench::read_dir(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        let reports = reports.unwrap();
-        assert_eq!(reports.len(), 1);
-        let r = &reports[0];
-        assert_eq!((r.arch.as_str(), r.cpus), ("arm64", 4));
-        assert!(r.configs.is_empty() && r.retarget.is_none() && r.kbench.is_none());
-        let f = r.foreign_traps.as_ref().unwrap();
-        assert_eq!(f.samples.len(), 4);
-        assert_eq!(f.stats(LOADED).unwrap().per_hit_ns.median, 1_050.0);
-        assert_eq!(f.ratio.as_ref().unwrap().ratio, 1.0);
-        assert_eq!(f.problems.len(), 1);
-        assert!(
-            f.problems[0].contains("arm64-bench.log: line 5: "),
-            "{:?}",
-            f.problems
-        );
-        let md = crate::bench::markdown(r);
-        assert!(
-            md.starts_with("### Foreign traps: a kprobe hit with textpoke loaded and without\n"),
-            "{md}"
-        );
-        assert!(md.contains("this is the control"), "{md}");
-        assert!(md.contains("- 1 unreadable sample lines: "), "{md}");
-        // In the JSON and back; a report without these lines writes no such field, and older
-        // reports, which have none, still read.
-        let json = serde_json::to_string(r).unwrap();
-        let back: crate::bench::ArchReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(
-            serde_json::to_value(&back).unwrap(),
-            serde_json::from_str::<serde_json::Value>(&json).unwrap()
-        );
-        let mut plain = r.clone();
-        plain.foreign_traps = None;
-        let json = serde_json::to_string(&plain).unwrap();
-        assert!(!json.contains("foreign_traps"), "{json}");
-        assert_eq!(
-            serde_json::from_str::<crate::bench::ArchReport>(&json).unwrap(),
-            plain
-        );
     }
 }
