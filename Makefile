@@ -51,7 +51,7 @@ test: deps-test
 	@tools/test.sh "$(ARCHES)"
 
 ## The guest suite and the unload stress on a KASAN + lockdep kernel, per arch; ends with "N passed, M failed".
-test-debug: deps
+test-debug: deps-test
 	@tools/test-debug.sh $(ARCHES)
 
 ## Benchmarks against the kernel's own mechanisms, measured in the same boot (not part of test).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything a guest boot needs for one arch and prints the paths, one per line:
 #
-#   tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]
+#   tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
 #   -> kernel image, initramfs
 #
 # The variant names the kernel (tools/kernel.sh); every variant but `unpatched` gets both builds
@@ -12,7 +12,7 @@
 # initramfs (tools/initramfs.sh). Progress goes to stderr.
 set -euo pipefail
 
-arch=${1:?usage: tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]}
+arch=${1:?usage: tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]}
 variant=${2:-patched}
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}

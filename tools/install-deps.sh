@@ -4,8 +4,9 @@
 #   tools/install-deps.sh [run|test]
 #
 # `run` (make run, make bench): the kernel toolchain, QEMU, perf, the Rust pieces the module
-# and the guests need. `test` (make test) adds what only the tests need: cargo-fuzz, and clang
-# 19 for the kernels built as distributions build them (tools/kernel.sh: mitigations, cfi).
+# and the guests need. `test` (make test, make test-debug) adds what only the tests need:
+# cargo-fuzz, and clang 19 for the kernels built as distributions build them (tools/kernel.sh:
+# the x86_64 mitigations and arm64 kasan kernels).
 #
 # Idempotent: each step first checks whether its result is already present, so the make
 # targets call this unconditionally and a warm machine pays only for the checks.

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Builds a guest kernel from Debian's linux-source-6.12 and prints its object tree.
 #
-#   tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]
+#   tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
 #
 # Variants:
 #   patched      Debian's source with tools/patches, tinyconfig + common.config + <arch>.config
 #   unpatched    the same without the series (the check that textpoke refuses to load)
 #   mitigations  patched + mitigations.config: IBT and Debian's CPU mitigations, return thunks
 #                included, built with clang 19 (x86_64 only)
-#   cfi          patched + cfi.config: control-flow integrity and shadow call stacks as Android's
-#                GKI builds them, with clang 19, so ftrace runs without CALL_OPS (arm64 only)
-#   kasan        patched + kasan.config: KASAN and other debug checkers (`make test-debug`)
+#   kasan        patched + kasan.config: KASAN and other debug checkers (`make test-debug`); on
+#                arm64 also cfi.config, control-flow integrity and shadow call stacks as
+#                Android's GKI builds them, so that ftrace runs without CALL_OPS, with clang 19
 #
-# The patched, unpatched and kasan kernels are built with Debian's default clang (14), the
-# others with clang 19 (LLVM=-19): what the kernel tree was built with is kept in its
+# The patched, unpatched and x86_64 kasan kernels are built with Debian's default clang (14),
+# the others with clang 19 (LLVM=-19): what the kernel tree was built with is kept in its
 # .textpoke-llvm, which tools/modules.sh builds the modules with.
 #
 # The last line of stdout is the object tree (the KDIR for `make -C $KDIR M=...`); progress goes
@@ -34,7 +34,7 @@
 # when fragments set the same option, the last one wins and is the one checked.
 set -euo pipefail
 
-arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan]}
+arch=${1:?usage: tools/kernel.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]}
 variant=${2:-patched}
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
@@ -53,10 +53,10 @@ arm64) image=arch/arm64/boot/Image ;;
 *) die "unknown arch '$arch' (x86_64 or arm64)" ;;
 esac
 case $variant in
-patched | unpatched | kasan) llvm=1 ;;
+patched | unpatched) llvm=1 ;;
+kasan) llvm=$([ "$arch" = arm64 ] && echo -19 || echo 1) ;;
 mitigations) [ "$arch" = x86_64 ] || die "the mitigations variant is x86_64 only"; llvm=-19 ;;
-cfi) [ "$arch" = arm64 ] || die "the cfi variant is arm64 only"; llvm=-19 ;;
-*) die "unknown variant '$variant' (patched, unpatched, mitigations, cfi or kasan)" ;;
+*) die "unknown variant '$variant' (patched, unpatched, mitigations or kasan)" ;;
 esac
 # The compiler: clang (Debian's default) for LLVM=1, clang-19 for LLVM=-19.
 cc=clang$([ "$llvm" = 1 ] || echo "$llvm")
@@ -67,10 +67,16 @@ command -v "$cc" >/dev/null || die "$cc missing: run tools/install-deps.sh test"
 # libclang installed.
 export LIBCLANG_PATH=/usr/lib/llvm-$("$cc" -dumpversion | cut -d. -f1)/lib
 [ -d "$LIBCLANG_PATH" ] || die "$LIBCLANG_PATH missing (libclang of $cc): run tools/install-deps.sh"
-# The variants other than `unpatched` are the patched source with one more fragment.
+# The variants other than `unpatched` are the patched source with more fragments. The arm64
+# KASAN kernel is also the one without CALL_OPS: one kernel fewer to build than a CFI kernel of
+# its own.
 case $variant in
 unpatched) source=unpatched extra=() ;;
 patched) source=patched extra=() ;;
+kasan)
+	source=patched extra=("$top/tools/kconfig/kasan.config")
+	if [ "$arch" = arm64 ]; then extra+=("$top/tools/kconfig/cfi.config"); fi
+	;;
 *) source=patched extra=("$top/tools/kconfig/$variant.config") ;;
 esac
 [ -f "$tarball" ] || die "$tarball missing: run tools/install-deps.sh"

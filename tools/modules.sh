@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds textpoke's modules for one arch, out of tree, and prints the directory holding them.
 #
-#   tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan] [production|debug]
+#   tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan] [production|debug]
 #
 # `debug` builds with CONFIG_TEXTPOKE_DEBUG_PROTOCOL=y (the seeded defects the negative controls
 # select), into its own directory; `production` (the default) without it.
@@ -14,7 +14,7 @@
 # TEXTPOKE_KDIR names the kernel tree a caller has already brought up to date.
 set -euo pipefail
 
-arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|cfi|kasan] [production|debug]}
+arch=${1:?usage: tools/modules.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan] [production|debug]}
 variant=${2:-patched}
 flavor=${3:-production}
 case $flavor in

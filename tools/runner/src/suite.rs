@@ -50,20 +50,18 @@ pub enum Variant {
     /// The patched kernel with IBT and Debian's CPU mitigations, return thunks included, built
     /// with clang 19 (x86_64 only; tools/kconfig/mitigations.config).
     Mitigations,
-    /// The patched kernel with control-flow integrity and shadow call stacks, as Android's GKI,
-    /// built with clang 19: ftrace without CALL_OPS (arm64 only; tools/kconfig/cfi.config).
-    Cfi,
-    /// The patched kernel with KASAN, lockdep and other debug checks (tools/kconfig/kasan.config).
+    /// The patched kernel with KASAN, lockdep and other debug checks (tools/kconfig/kasan.config);
+    /// on arm64 also control-flow integrity and shadow call stacks as Android's GKI builds them,
+    /// so ftrace without CALL_OPS, with clang 19 (tools/kconfig/cfi.config).
     Kasan,
 }
 
 impl Variant {
     /// Every variant, with the name `tools/kernel.sh` and `tools/guests.sh` know it by.
-    pub const ALL: [(Self, &'static str); 5] = [
+    pub const ALL: [(Self, &'static str); 4] = [
         (Self::Patched, "patched"),
         (Self::Unpatched, "unpatched"),
         (Self::Mitigations, "mitigations"),
-        (Self::Cfi, "cfi"),
         (Self::Kasan, "kasan"),
     ];
 }
@@ -86,7 +84,7 @@ impl std::str::FromStr for Variant {
             .find(|(_, n)| *n == s)
             .map(|(v, _)| *v)
             .ok_or_else(|| {
-                format!("unknown variant `{s}` (patched, unpatched, mitigations, cfi or kasan)")
+                format!("unknown variant `{s}` (patched, unpatched, mitigations or kasan)")
             })
     }
 }
@@ -328,7 +326,8 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // in `make test`, and a grace period can wait longer than RCU's 21 s for a vCPU
                 // to get its turn (as in the benchmarks). The kernel is built preemptible with
                 // the model chosen at boot (PREEMPT_DYNAMIC); these boots choose the test
-                // kernel's, `none`.
+                // kernel's, `none`. The arm64 one is also the kernel with control-flow integrity,
+                // so without CALL_OPS: the suite meets ftrace's other ordering there.
                 let mut suite = guest(
                     arch,
                     &format!("{arch}-kasan-smp4"),
@@ -403,13 +402,6 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 boots.push(b);
             }
         }
-    }
-    if suite == Suite::Test && arches.contains(&Arch::Arm64) {
-        // arm64 as Android builds it: control-flow integrity (so ftrace without CALL_OPS) and
-        // shadow call stacks, clang 19, the same suite.
-        let mut cfi = guest(Arch::Arm64, "arm64-cfi", 2, 1024, "test", "textpoke_agent");
-        cfi.variant = Variant::Cfi;
-        boots.push(cfi);
     }
     if suite == Suite::Test && arches.contains(&Arch::X86_64) {
         // x86 as distributions build it: IBT and every CPU mitigation Debian enables (return
@@ -901,7 +893,6 @@ mod tests {
                 "x86_64-smp4",
                 "arm64-smp2",
                 "arm64-smp4",
-                "arm64-cfi",
                 "x86_64-mitigations",
                 "harness-not-ok",
                 "harness-hang",
@@ -916,7 +907,6 @@ mod tests {
             [
                 (Arch::X86_64, Variant::Patched),
                 (Arch::Arm64, Variant::Patched),
-                (Arch::Arm64, Variant::Cfi),
                 (Arch::X86_64, Variant::Mitigations),
                 (Arch::X86_64, Variant::Unpatched)
             ]
@@ -961,7 +951,7 @@ mod tests {
         assert_eq!(demo.boots.len(), 2);
         assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
         // One arch: its boots and its own harness checks only.
-        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 5);
+        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 4);
     }
 
     #[test]
