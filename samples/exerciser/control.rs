@@ -88,6 +88,16 @@ impl Control {
                 Ok(())
             }
             b"release" => c.held.take().map(drop).ok_or(EINVAL),
+            b"flip" => {
+                let mut indices = KVec::new();
+                for word in rest.split(|b| *b == b' ').filter(|w| !w.is_empty()) {
+                    indices.push(parse_index(word)?, GFP_KERNEL)?;
+                }
+                if indices.is_empty() {
+                    return Err(EINVAL);
+                }
+                scenario::flip_here(&self.shared, &indices)
+            }
             b"executors" if rest == b"start" => {
                 if c.standalone.is_some() {
                     return Err(EBUSY);

@@ -173,6 +173,27 @@ fn flip(p: &Poker, g: &Group) -> Result {
     committed
 }
 
+/// Flips sites `indices` to their other instruction in one batch that the calling task begins,
+/// fills, commits and ends, then sets their state from the text: whatever failed, the text
+/// says where each site stands.
+pub(crate) fn flip_here(shared: &Shared, indices: &[usize]) -> Result {
+    let committed = (|| {
+        let mut batch = Batch::begin()?;
+        for &i in indices {
+            let site = shared.sites.get(i).ok_or(EINVAL)?;
+            let on = shared.state.get(i).ok_or(EINVAL)?.load(Ordering::Acquire) == 0;
+            batch.add(site.addr, if on { site.on() } else { site.off() })?;
+        }
+        batch.commit()
+    })();
+    for &i in indices {
+        if let (Some(s), Some(site)) = (shared.state.get(i), shared.sites.get(i)) {
+            s.store(u8::from(holds(site.addr, site.on())), Ordering::Release);
+        }
+    }
+    committed
+}
+
 /// Whether the text at `addr` is `insn`.
 fn holds(addr: u64, insn: &[u8]) -> bool {
     let mut now = [0u8; 8];

@@ -12,6 +12,9 @@
 //!   - `bad <case>` performs one bad-input case (samples/exerciser/badinput.rs) and fails with
 //!     the engine's errno (success would mean the engine accepted bad input);
 //!   - `hold <index>` keeps a batch owning site `index` in flight, `release` ends it;
+//!   - `flip <index>...` flips the sites to their other instruction in one batch that the
+//!     writing task begins, fills, commits and ends itself (what fault injection, which fails
+//!     that task's allocations, needs), and fails with the first call's errno;
 //!   - `executors start` / `executors stop` run the executors without a scenario.
 //! - `result` (text): `key value` lines about the last scenario.
 //! - `batches` (text): one line per batch of the last scenario: `poker group sites nsecs syncs

@@ -30,6 +30,7 @@ use textpoke_agent::sys;
 mod badinput;
 mod bench;
 mod controls;
+mod faults;
 mod hotplug;
 mod kbench;
 mod kernel_patching;

@@ -20,14 +20,18 @@
 //!
 //! `textpoke.stress_cycles=N` on the kernel command line runs N cycles instead of [`CYCLES`].
 //!
+//! After the cycles, allocation failures are injected into every API call, commit and kernel
+//! change, and kmemleak scans for what the whole boot left behind (`faults.rs`).
+//!
 //! A crash ends the boot before the document is printed, and the runner fails the boot on the
 //! splat or on the missing suite: a printed document means no cycle crashed.
 
-use crate::{load, load_textpoke, log};
+use crate::{faults, load, load_textpoke, log};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use textpoke_agent::exerciser;
+use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
 use textpoke_agent::sys;
 
@@ -357,6 +361,7 @@ pub fn run(ktap: &mut textpoke_agent::ktap::Ktap) {
         ..Tally::default()
     };
     let mut selftest = None;
+    faults::kmemleak_clear();
     log(&format!("stress: {planned} cycles, scenario `{SPEC}`"));
     for i in 0..planned {
         if let Err(e) = cycle(i, &mut t, &mut selftest) {
@@ -378,7 +383,18 @@ pub fn run(ktap: &mut textpoke_agent::ktap::Ktap) {
         }
     }
     let selftest = selftest.unwrap_or_else(|| Case::fail("textpoke_selftest", "never loaded"));
-    let cases = t.cases(start.elapsed().as_secs_f64());
+    let mut cases = t.cases(start.elapsed().as_secs_f64());
+    // Allocation failures injected, then kmemleak's verdict on everything since the start.
+    let started = Instant::now();
+    match Kcore::open() {
+        Ok(kcore) => cases.extend(faults::cases(&kcore)),
+        Err(e) => cases.push(Case::fail("fault_injection", format!("/proc/kcore: {e}"))),
+    }
+    log(&format!(
+        "stress: fault injection in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    cases.push(faults::kmemleak_case());
     crate::print_document(ktap, selftest, "textpoke_stress", cases);
 }
 
