@@ -6,8 +6,9 @@
 //! Every entry point checks its pointers, logs a line and returns a distinct negative errno on
 //! bad input (see [`crate::errno`]), and changes nothing when it refuses.
 
-use crate::arch::{Arch, This};
+use crate::arch::Arch;
 use crate::batch::{Batch, BatchStats};
+use crate::current_arch::CurrentArch;
 use crate::engine::{self, Engine};
 use crate::errno;
 use crate::insn::Op;
@@ -70,7 +71,7 @@ pub(crate) unsafe extern "C" fn textpoke_encode(
         return EINVAL.to_errno();
     }
     let (site, target) = (site as usize as u64, target as usize as u64);
-    let encoded = This::encode(op, site, target, len);
+    let encoded = CurrentArch::encode(op, site, target, len);
     match encoded {
         Ok(bytes) if bytes.len() == len => {
             // SAFETY: `out` is valid for `len` bytes (caller) and `bytes` holds exactly `len`.

@@ -2,10 +2,10 @@
 
 //! The contract between the arch-neutral engine and an architecture.
 //!
-//! Each `arch/<arch>/mod.rs` implements [`Arch`] for its zero-sized `This`; the one switch in
-//! `kernel/textpoke.rs` picks which, and the rest of the engine names the arch only through
-//! [`This`] and the aliases below. The compiler checks that an arch provides every item with
-//! the right signature. `arch/` itself uses only what lies below the engine: the pure files
+//! Each `arch/<arch>/mod.rs` implements [`Arch`] for its zero-sized `CurrentArch`; the one switch
+//! in `kernel/textpoke.rs` picks which, and the rest of the engine names the arch only through
+//! `kernel/current_arch.rs`. The compiler checks that an arch provides every item with the right
+//! signature. `arch/` itself uses only what lies below the engine: the pure files
 //! (`insn`, `plan`, `pending`), this contract and the `rust/` shims; never `api`, `batch`,
 //! `engine` or `selftest`.
 //!
@@ -101,8 +101,6 @@ pub(crate) trait Arch {
     fn selftest_cases() -> &'static [ArchCase<Self::Series>];
 }
 
-pub(crate) use crate::arch_impl::This;
-
 /// One write of [`Arch::write_many`].
 #[derive(Clone, Copy)]
 pub(crate) struct TextWrite<'a> {
@@ -111,6 +109,3 @@ pub(crate) struct TextWrite<'a> {
     /// What: a guard, or an instruction or part of one.
     pub(crate) bytes: &'a [u8],
 }
-
-/// This arch's accepted instruction.
-pub(crate) type Insn = <This as Arch>::Insn;

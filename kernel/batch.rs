@@ -14,11 +14,13 @@
 //! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
 //! pending table resolves any guard of any of them.
 
-use crate::arch::{Arch, TextWrite, This};
+use crate::arch::{Arch, TextWrite};
 use crate::clock;
 use crate::cpu::{self, HotplugGuard, NoPreempt};
+use crate::current_arch::CurrentArch;
 use crate::debug::{self, Defect};
-use crate::engine::{Engine, Entry};
+use crate::engine::Engine;
+use crate::entry::{CommitState, Entry, MAX_SITES};
 use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
@@ -33,9 +35,6 @@ use kernel::{
     ffi::{c_int, c_void},
     prelude::*,
 };
-
-/// Most sites in one batch (`TEXTPOKE_MAX_BATCH` in kernel/textpoke.h).
-pub(crate) const MAX_SITES: usize = 4096;
 
 /// Text writes between two `cond_resched()` calls of a commit: as often as upstream's
 /// `text_poke_bp_batch()` yields, once per batch of at most 256 sites, each written up to three
@@ -78,7 +77,7 @@ pub(crate) struct Batch {
     id: u64,
     /// The changes, one per site, each with everything the plan, the pending table and the
     /// record need; `kvmalloc`ed, since a kernel batch may hold
-    /// [`crate::patcher::KERNEL_MAX_SITES`].
+    /// [`crate::kernel_queue::KERNEL_MAX_SITES`].
     entries: KVVec<Entry>,
     /// Keeps the modules owning the sites loaded while the batch exists.
     owners: KVec<ModuleRef>,
@@ -189,13 +188,14 @@ impl Batch {
                 errno::busy(),
             ));
         }
-        if This::is_guard(bytes) {
+        if CurrentArch::is_guard(bytes) {
             return Err(refuse(
                 "new instruction is the guard itself",
                 errno::guard_collision(),
             ));
         }
-        let insn = This::accept(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
+        let insn =
+            CurrentArch::accept(addr, bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         let new = InsnBytes::new(bytes).map_err(|e| refuse(e.as_str(), errno::insn(e)))?;
         if new.len() != site.len() {
             return Err(refuse(
@@ -215,7 +215,7 @@ impl Batch {
         let change = Change {
             old: site.current,
             new,
-            parked: This::must_park(&site.current, &new),
+            parked: CurrentArch::must_park(&site.current, &new),
         };
         self.entries
             .push(Entry::new(addr, insn, change, false)?, GFP_KERNEL)?;
@@ -500,93 +500,6 @@ impl TextAccess for CallerHeld<'_> {
     }
 }
 
-/// A parked section's steps per change, at most: its whole write and its record.
-const PARKED_STEPS: usize = 2;
-
-/// What a commit learns of each change's site, one slot per change, allocated as the changes
-/// are added so that the commit itself allocates nothing.
-///
-/// The kernel's own changes are committed from callers that cannot fail (the jump-label and
-/// ftrace hooks of the patch series): once a commit starts, there is nobody left to hand a
-/// change back to, so a commit that could fail to allocate would leave the kernel's text as it
-/// was while the kernel believes it changed.
-pub(crate) struct CommitState {
-    /// Per change, whether its record went out and where its site stands after a failed step.
-    sites: KVVec<Stranded>,
-    /// Per change, whether another patcher wrote over its guard (`Run::check_guards`).
-    conflict: KVVec<bool>,
-    /// Room for a parked section's steps, two per change (its whole write and its record), and
-    /// for when and where each ran (`Run::parked`).
-    parked: KVVec<Step>,
-    emitted: KVVec<(u64, usize)>,
-}
-
-impl CommitState {
-    /// No slots.
-    pub(crate) const fn new() -> Self {
-        Self {
-            sites: KVVec::new(),
-            conflict: KVVec::new(),
-            parked: KVVec::new(),
-            emitted: KVVec::new(),
-        }
-    }
-
-    /// The number of changes with a slot.
-    pub(crate) fn len(&self) -> usize {
-        self.sites.len()
-    }
-
-    /// Makes room for one more change, so that the next [`CommitState::push`] cannot fail.
-    pub(crate) fn reserve(&mut self, n: usize) -> Result {
-        let steps = n.checked_mul(PARKED_STEPS).ok_or(ENOMEM)?;
-        self.sites.reserve(n, GFP_KERNEL)?;
-        self.conflict.reserve(n, GFP_KERNEL)?;
-        self.parked.reserve(steps, GFP_KERNEL)?;
-        self.emitted.reserve(steps, GFP_KERNEL)?;
-        Ok(())
-    }
-
-    /// Adds one change's slot.
-    pub(crate) fn push(&mut self) -> Result {
-        self.reserve(1)?;
-        self.sites.push(Stranded::default(), GFP_KERNEL)?;
-        self.conflict.push(false, GFP_KERNEL)?;
-        self.parked
-            .extend_with(PARKED_STEPS, Step::Unpark, GFP_KERNEL)?;
-        self.emitted.extend_with(PARKED_STEPS, (0, 0), GFP_KERNEL)?;
-        Ok(())
-    }
-
-    /// Keeps the first `n` slots, dropping a push that its change did not follow.
-    pub(crate) fn truncate(&mut self, n: usize) {
-        let steps = n.saturating_mul(PARKED_STEPS);
-        if n < self.sites.len() {
-            // SAFETY: `n` is below the length, so the first `n` slots are initialized; `Stranded`
-            // is `Copy`, so forgetting the rest is what dropping them would do.
-            unsafe { self.sites.set_len(n) };
-        }
-        if n < self.conflict.len() {
-            // SAFETY: As above, for `bool`.
-            unsafe { self.conflict.set_len(n) };
-        }
-        if steps < self.parked.len() {
-            // SAFETY: As above, for `Step`, which is `Copy`.
-            unsafe { self.parked.set_len(steps) };
-        }
-        if steps < self.emitted.len() {
-            // SAFETY: As above, for a pair of integers.
-            unsafe { self.emitted.set_len(steps) };
-        }
-    }
-
-    /// Sets every slot to "nothing learned yet", as a commit starts.
-    fn reset(&mut self) {
-        self.sites.iter_mut().for_each(|s| *s = Stranded::default());
-        self.conflict.iter_mut().for_each(|c| *c = false);
-    }
-}
-
 /// One commit in progress: the batch's changes and what it has done so far.
 struct Run<'a, A> {
     engine: &'a Engine,
@@ -644,7 +557,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
     fn plan(&mut self, defect: Defect) -> Result {
         let entries = self.entries;
-        let mut plan = Plan::with_protocol(This::PLAN, defect.protocol(), entries);
+        let mut plan = Plan::with_protocol(CurrentArch::PLAN, defect.protocol(), entries);
         // The one change a step-skipping defect hits: the first guarded one.
         let victim = entries.iter().position(|e| !e.change.parked);
         // Before the first write, under `text_mutex`, which the writes that follow keep: no
@@ -673,7 +586,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             };
             let part = part_of(step, self.stats.syncs);
             let queued = match step {
-                Step::WriteGuard(i) => self.queue(i, 0, <This as Arch>::GUARD, part),
+                Step::WriteGuard(i) => self.queue(i, 0, <CurrentArch as Arch>::GUARD, part),
                 Step::WriteTail(i) => self
                     .entry(i)
                     .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
@@ -714,7 +627,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
                     Err(EINVAL)
                 }
                 Step::Sync => {
-                    self.text.sync(This::sync_all);
+                    self.text.sync(CurrentArch::sync_all);
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
                 }
@@ -828,7 +741,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             .change
             .new
             .as_slice()
-            .get(..<This as Arch>::HEAD_LEN)
+            .get(..<CurrentArch as Arch>::HEAD_LEN)
             .ok_or(EINVAL)?;
         self.queue(i, 0, head, part)
     }
@@ -881,10 +794,9 @@ impl<'a, A: TextAccess> Run<'a, A> {
             (i < queued.len()).then_some(i)
         });
         let made = match failing {
-            Some(i) => {
-                This::write_many(&series.arch, held, queued.get(..i).unwrap_or(&[])).and(Err(EIO))
-            }
-            None => This::write_many(&series.arch, held, queued),
+            Some(i) => CurrentArch::write_many(&series.arch, held, queued.get(..i).unwrap_or(&[]))
+                .and(Err(EIO)),
+            None => CurrentArch::write_many(&series.arch, held, queued),
         };
         self.nqueued = 0;
         add_part(
@@ -911,7 +823,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         let series = &self.engine.series;
         let held = self.text.hold();
-        This::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
+        CurrentArch::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
         self.since_resched = self.since_resched.saturating_add(1);
         Ok(())
@@ -1063,7 +975,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         // The writes queued when the step failed are dropped: recovery decides afresh from the
         // text.
         self.nqueued = 0;
-        let guard = <This as Arch>::GUARD;
+        let guard = <CurrentArch as Arch>::GUARD;
         for (e, s) in self.entries.iter().zip(self.sites.iter_mut()) {
             let target = s.target(&e.change);
             let mut now = [0u8; MAX_INSN_LEN];
@@ -1078,10 +990,10 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         let entries = self.entries;
         let sites = core::mem::take(&mut self.sites);
-        for repair in Recovery::new(This::PLAN, entries, sites) {
+        for repair in Recovery::new(CurrentArch::PLAN, entries, sites) {
             let done = match repair {
                 Repair::Sync => {
-                    self.text.sync(This::sync_all);
+                    self.text.sync(CurrentArch::sync_all);
                     self.stats.syncs = self.stats.syncs.saturating_add(1);
                     Ok(())
                 }
@@ -1202,7 +1114,7 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
         while p.arrived.load(Ordering::Acquire) <= p.cpus {
             cpu::relax();
         }
-        This::sync_local();
+        CurrentArch::sync_local();
         return 0;
     }
     for (k, step) in p.steps.iter().enumerate() {
@@ -1216,7 +1128,7 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
         };
         match *step {
             Step::WriteWhole(_) => {
-                if let Err(err) = This::write(
+                if let Err(err) = CurrentArch::write(
                     &p.engine.series.arch,
                     p.held,
                     e.addr,
@@ -1235,7 +1147,7 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
         }
         p.done.store(k.wrapping_add(1), Ordering::Release);
     }
-    This::sync_local();
+    CurrentArch::sync_local();
     // Releases the other CPUs.
     p.arrived.fetch_add(1, Ordering::Release);
     0
@@ -1251,7 +1163,7 @@ fn holds(addr: u64, insn: &InsnBytes) -> bool {
 /// Whether the site at `addr`, on its way to `new`, holds the guard and behind it `new`'s
 /// tail: what the plan leaves there before the head write.
 fn holds_guarded(addr: u64, new: &InsnBytes) -> bool {
-    let guard = <This as Arch>::GUARD;
+    let guard = <CurrentArch as Arch>::GUARD;
     let mut now = [0u8; MAX_INSN_LEN];
     let Some(now) = now.get_mut(..new.len()) else {
         return false;

@@ -2,16 +2,17 @@
 
 //! The engine's state, and the one pointer through which the trap hooks and the C API reach it.
 
-use crate::arch::{self, Arch, This};
+use crate::arch::Arch;
 use crate::cpu;
+use crate::current_arch::CurrentArch;
+use crate::entry::Entry;
 use crate::module_text::Module;
-use crate::pending::{CpuReaders, Pending, PendingTable, ENGINE_SLOTS};
-use crate::plan::Change;
+use crate::pending::{CpuReaders, PendingTable, ENGINE_SLOTS};
 use crate::poke_log::PokeLog;
+use crate::replaced::Replaced;
 use crate::series::{Common, Resolver};
 use crate::sites::Sites;
 use crate::stats::Stats;
-use crate::trap::Replaced;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
@@ -20,7 +21,7 @@ pub(crate) struct Series {
     /// `perf_event_text_poke()` and `text_mutex`.
     pub(crate) common: Common,
     /// This arch's writes and trap-hook registration.
-    pub(crate) arch: <This as Arch>::Series,
+    pub(crate) arch: <CurrentArch as Arch>::Series,
 }
 
 impl Series {
@@ -28,7 +29,7 @@ impl Series {
     pub(crate) fn resolve() -> Result<Self> {
         let mut r = Resolver::new();
         let common = Common::resolve(&mut r);
-        let arch = This::resolve(&mut r);
+        let arch = CurrentArch::resolve(&mut r);
         r.finish()?;
         match (common, arch) {
             (Some(common), Some(arch)) => Ok(Self { common, arch }),
@@ -39,66 +40,6 @@ impl Series {
                 Err(Error::from_errno(-(kernel::bindings::ENOSYS as i32)))
             }
         }
-    }
-}
-
-/// One change of a batch: the site, the new instruction as the trap handler emulates it, and
-/// the old and new bytes the plan and the record use. The pending table holds these.
-#[derive(Clone, Copy)]
-pub(crate) struct Entry {
-    /// The site's first byte.
-    pub(crate) addr: u64,
-    /// The new instruction, accepted at `addr`.
-    pub(crate) insn: arch::Insn,
-    /// The site's old and new instruction, and whether the change is parked.
-    pub(crate) change: Change,
-    /// Whether the change is the kernel's own (`patcher.rs`), for the trap counters.
-    pub(crate) kernel: bool,
-    /// What the seeded trap defects emulate instead (debug builds only, see `debug.rs`).
-    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
-    pub(crate) wrong: Wrong,
-}
-
-/// The instructions the seeded trap defects emulate instead of the new one.
-#[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
-#[derive(Clone, Copy)]
-pub(crate) struct Wrong {
-    /// The site's old instruction.
-    pub(crate) old: arch::Insn,
-    /// Another site's new instruction (this site's own until the batch is committed).
-    pub(crate) other: arch::Insn,
-}
-
-impl Entry {
-    /// The change of the site at `addr` to `insn` (accepted there), from `change.old`; the
-    /// kernel's own if `kernel`.
-    pub(crate) fn new(addr: u64, insn: arch::Insn, change: Change, kernel: bool) -> Result<Self> {
-        Ok(Self {
-            addr,
-            insn,
-            change,
-            kernel,
-            #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
-            wrong: Wrong {
-                old: This::accept(addr, change.old.as_slice()).map_err(crate::errno::insn)?,
-                other: insn,
-            },
-        })
-    }
-}
-
-impl Pending for Entry {
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-    fn size(&self) -> u64 {
-        self.change.new.len() as u64
-    }
-}
-
-impl AsRef<Change> for Entry {
-    fn as_ref(&self) -> &Change {
-        &self.change
     }
 }
 
@@ -115,7 +56,7 @@ pub(crate) struct Engine {
     /// Sites whose guards were recently replaced (see `trap.rs`).
     pub(crate) replaced: Replaced,
     /// The kernel's own changes, queued until it applies them (`patcher.rs`).
-    pub(crate) queue: crate::patcher::Queue,
+    pub(crate) queue: crate::kernel_queue::Queue,
     /// Counters.
     pub(crate) stats: Stats,
     /// The records emitted so far.
@@ -141,7 +82,7 @@ impl Engine {
             sites <- new_mutex!(Sites::new(module), "textpoke:sites"),
             table: PendingTable::with_reserved(readers, 1),
             replaced,
-            queue: crate::patcher::Queue::new(),
+            queue: crate::kernel_queue::Queue::new(),
             stats,
             log <- PokeLog::new(),
             module,

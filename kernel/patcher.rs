@@ -24,89 +24,18 @@
 //! or a site comes again (or overlaps a queued one), which first commits what is queued: one
 //! batch per 8192 changes, each with its plan's syncs (three on x86, two on arm64).
 
-use crate::arch::{Arch, This};
-use crate::batch::{Batch, CommitState};
-use crate::engine::{self, Engine, Entry};
+use crate::arch::Arch;
+use crate::batch::Batch;
+use crate::current_arch::CurrentArch;
+use crate::engine::{self, Engine};
+use crate::entry::{CommitState, Entry};
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
+use crate::kernel_queue::{Declined, KERNEL_MAX_SITES};
 use crate::kernel_text;
 use crate::plan::Change;
 use crate::series::{text_patcher_ops, Common, PatcherRegistration, TextHeld};
-use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use kernel::{ffi::c_void, prelude::*};
-
-/// Why a change goes back to the kernel's stock path.
-#[derive(Clone, Copy, Debug)]
-enum Declined {
-    /// Old and new instruction are the same.
-    Unchanged,
-    /// The text could not be read, or the length is not an instruction's.
-    Unreadable,
-    /// The new instruction is not listed at the site, or is the guard.
-    NewNotListed,
-    /// The instruction there now is not listed.
-    OldNotListed,
-    /// The change may not be made under execution.
-    MustPark,
-    /// No memory for the queue.
-    NoMemory,
-}
-
-/// Most of the kernel's changes in one batch: enabling the function tracer on every function
-/// (some 17000 on x86, 13000 on arm64 here) takes three batches on x86 and two on arm64, 9 and
-/// 4 syncs, where the 4096 of a module's batch (`TEXTPOKE_MAX_BATCH`) took five and four. A
-/// batch's guards stand until its last write, so the traps on other CPUs grow with its size:
-/// twice as many would save x86 three more syncs for several times the traps, and take more
-/// time than it saved under TCG.
-pub(crate) const KERNEL_MAX_SITES: usize = 8192;
-
-/// What the kernel handed over since its last apply.
-struct State {
-    /// The changes, in the order they came (`kvmalloc`ed: up to [`KERNEL_MAX_SITES`]).
-    entries: KVVec<Entry>,
-    /// What the commit will learn of each change's site, grown with `entries` so that the
-    /// commit allocates nothing ([`CommitState`] says why).
-    state: CommitState,
-    /// The highest address queued (0: none): a change at least an instruction's length above
-    /// it cannot repeat or overlap one.
-    top: u64,
-    /// Changes handed back since the last apply, and why the first was.
-    declined: u64,
-    first_declined: Option<(u64, Declined)>,
-}
-
-/// The queue of the kernel's changes.
-pub(crate) struct Queue {
-    state: UnsafeCell<State>,
-}
-
-// SAFETY: `state` is only reached through `Queue::with`, which needs `text_mutex` held
-// (`TextHeld`), so one task at a time uses it; `Entry` is `Send`.
-unsafe impl Send for Queue {}
-// SAFETY: As above.
-unsafe impl Sync for Queue {}
-
-impl Queue {
-    /// An empty queue.
-    pub(crate) fn new() -> Self {
-        Self {
-            state: UnsafeCell::new(State {
-                entries: KVVec::new(),
-                state: CommitState::new(),
-                top: 0,
-                declined: 0,
-                first_declined: None,
-            }),
-        }
-    }
-
-    /// Runs `f` on the queue; `_held` shows that the caller holds `text_mutex`.
-    fn with<R>(&self, _held: &TextHeld<'_>, f: impl FnOnce(&mut State) -> R) -> R {
-        // SAFETY: Every access goes through here with `text_mutex` held, so none overlaps
-        // another; `f` cannot reach `with` again (it only gets the state).
-        f(unsafe { &mut *self.state.get() })
-    }
-}
 
 /// The kernel's change of the instruction at `addr` to `new`, as a batch entry.
 fn change(addr: u64, new: &[u8]) -> Result<Entry, Declined> {
@@ -116,14 +45,14 @@ fn change(addr: u64, new: &[u8]) -> Result<Entry, Declined> {
     if *old == *new {
         return Err(Declined::Unchanged);
     }
-    if This::is_guard(new) {
+    if CurrentArch::is_guard(new) {
         return Err(Declined::NewNotListed);
     }
-    let insn = This::accept(addr, new).map_err(|_| Declined::NewNotListed)?;
-    This::accept(addr, old).map_err(|_| Declined::OldNotListed)?;
+    let insn = CurrentArch::accept(addr, new).map_err(|_| Declined::NewNotListed)?;
+    CurrentArch::accept(addr, old).map_err(|_| Declined::OldNotListed)?;
     let old = InsnBytes::new(old).map_err(|_| Declined::OldNotListed)?;
     let new = InsnBytes::new(new).map_err(|_| Declined::NewNotListed)?;
-    if This::must_park(&old, &new) {
+    if CurrentArch::must_park(&old, &new) {
         return Err(Declined::MustPark);
     }
     let change = Change {

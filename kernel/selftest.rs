@@ -13,9 +13,11 @@
 //! `textpoke_selftest` suite (also when the module refused to load), so that the kernel's own
 //! KTAP parser reads every result of a boot.
 
-use crate::arch::{Arch, This, TrapSite};
+use crate::arch::{Arch, TrapSite};
 use crate::cpu::{self, NoPreempt};
-use crate::engine::{Engine, Entry};
+use crate::current_arch::CurrentArch;
+use crate::engine::Engine;
+use crate::entry::Entry;
 use crate::plan::{Change, Cost, Plan};
 use crate::series::TrapHook;
 use kernel::prelude::*;
@@ -56,8 +58,8 @@ impl Report {
 
 /// Runs every test, with the trap handler registered as `hook`; `true` if all passed.
 pub(crate) fn run(engine: &Engine, hook: &TrapHook) -> bool {
-    let sites = This::selftest_sites();
-    let cases = This::selftest_cases();
+    let sites = CurrentArch::selftest_sites();
+    let cases = CurrentArch::selftest_cases();
     let mut t = Report::start(3 + sites.len() + cases.len());
     t.result("plan_cost_matches_protocol", plan_cost());
     t.result("pending_table_publish_lookup_retire", pending_table(engine));
@@ -85,20 +87,24 @@ fn claimed_once(hook: &TrapHook) -> Result<(), &'static str> {
 fn entry_of(site: &TrapSite) -> Result<Entry, &'static str> {
     let addr = (site.addr)();
     let (old, new) = (site.change)().map_err(|e| e.as_str())?;
-    let insn = This::accept(addr, new.as_slice()).map_err(|e| e.as_str())?;
+    let insn = CurrentArch::accept(addr, new.as_slice()).map_err(|e| e.as_str())?;
     Entry::new(addr, insn, Change::new(old, new), false).map_err(|_| "old instruction not listed")
 }
 
 /// The first self-test site's change: a real one, for the checks that need any.
 fn first() -> Result<Entry, &'static str> {
-    entry_of(This::selftest_sites().first().ok_or("no self-test site")?)
+    entry_of(
+        CurrentArch::selftest_sites()
+            .first()
+            .ok_or("no self-test site")?,
+    )
 }
 
 fn plan_cost() -> Result<(), &'static str> {
     let c = first()?.change;
-    let cost = Cost::of(Plan::new(This::PLAN, &[c, c]));
+    let cost = Cost::of(Plan::new(CurrentArch::PLAN, &[c, c]));
     // x86: guards, tails, first bytes; arm64: guards, instructions.
-    let syncs = match This::PLAN {
+    let syncs = match CurrentArch::PLAN {
         crate::plan::Arch::X86 => 3,
         crate::plan::Arch::Arm64 => 2,
     };
@@ -142,13 +148,14 @@ fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
     }
     let write = |bytes: &[u8]| {
         let held = engine.series.common.lock_text();
-        This::write(&engine.series.arch, held.holds(), site, bytes).map_err(|_| "write failed")
+        CurrentArch::write(&engine.series.arch, held.holds(), site, bytes)
+            .map_err(|_| "write failed")
     };
     let old_head = entry
         .change
         .old
         .as_slice()
-        .get(..<This as Arch>::HEAD_LEN)
+        .get(..<CurrentArch as Arch>::HEAD_LEN)
         .ok_or("old instruction shorter than its head")?;
     let outcome = engine
         .table
@@ -156,8 +163,8 @@ fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
             &[entry],
             cpu::cond_resched,
             || -> Result<(u32, u64), &'static str> {
-                write(<This as Arch>::GUARD)?;
-                This::sync_all();
+                write(<CurrentArch as Arch>::GUARD)?;
+                CurrentArch::sync_all();
                 let observed = {
                     let _pinned = NoPreempt::new();
                     let c = cpu::current();
@@ -167,7 +174,7 @@ fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
                 };
                 // Back to the original: the guard covers exactly the old head.
                 write(old_head)?;
-                This::sync_all();
+                CurrentArch::sync_all();
                 Ok(observed)
             },
         )

@@ -9,7 +9,8 @@
 //!
 //! Sites are kept sorted by address; a site is owned by at most one batch at a time.
 
-use crate::arch::{Arch, This};
+use crate::arch::Arch;
+use crate::current_arch::CurrentArch;
 use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
@@ -152,7 +153,7 @@ impl Sites {
         let mut buf = [0u8; MAX_INSN_LEN];
         let bytes = buf.get_mut(..len).ok_or(errno::wrong_size())?;
         kernel_text::read(addr, bytes)?;
-        This::accept(addr, bytes).map_err(|e| {
+        CurrentArch::accept(addr, bytes).map_err(|e| {
             pr_err!(
                 "refusing site {:#x}: its instruction: {}\n",
                 addr,

@@ -3,14 +3,15 @@
 //! Counters: traps per CPU and instruction kind (written from trap context, each CPU in its own
 //! cache line), and batch totals.
 
-use crate::arch::{Arch, This};
+use crate::arch::Arch;
+use crate::current_arch::CurrentArch;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 
 /// Most instruction kinds an arch's codec has.
 const KINDS: usize = 8;
-static_assert!(<This as Arch>::KIND_NAMES.len() <= KINDS);
+static_assert!(<CurrentArch as Arch>::KIND_NAMES.len() <= KINDS);
 
 /// One CPU's trap counters.
 #[repr(align(64))]
@@ -261,7 +262,7 @@ impl Stats {
         )?;
         writeln!(out, "kernel.queued {}", self.queued.load(Ordering::Relaxed))?;
         writeln!(out, "kernel.traps {}", self.sum(|c| Some(&c.kernel)))?;
-        for (kind, name) in <This as Arch>::KIND_NAMES.iter().enumerate() {
+        for (kind, name) in <CurrentArch as Arch>::KIND_NAMES.iter().enumerate() {
             writeln!(out, "traps.{name} {}", self.sum(|c| c.by_kind.get(kind)))?;
         }
         writeln!(

@@ -19,7 +19,7 @@ use insn::{Insn, Kind, Listed};
 use kernel::prelude::*;
 
 /// arm64.
-pub(crate) struct This;
+pub(crate) struct CurrentArch;
 
 /// The kind names, in `Kind` order.
 const KIND_NAMES: [&str; Kind::ALL.len()] = {
@@ -59,7 +59,7 @@ fn word(bytes: &InsnBytes) -> Option<u32> {
     bytes.as_slice().try_into().ok().map(u32::from_le_bytes)
 }
 
-impl Arch for This {
+impl Arch for CurrentArch {
     const PLAN: crate::plan::Arch = crate::plan::Arch::Arm64;
     const GUARD: &'static [u8] = &GUARD;
     // All of it: a naturally aligned 4-byte instruction write is single-copy atomic.

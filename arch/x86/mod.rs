@@ -17,7 +17,7 @@ use insn::{Insn, Kind, Listed};
 use kernel::prelude::*;
 
 /// x86-64.
-pub(crate) struct This;
+pub(crate) struct CurrentArch;
 
 /// The kind names, in `Kind` order.
 const KIND_NAMES: [&str; Kind::ALL.len()] = {
@@ -38,7 +38,7 @@ const KIND_NAMES: [&str; Kind::ALL.len()] = {
 /// host tests (`tools/core/tests/x86_insn.rs`) check the policy for both values.
 const RETURN_THUNKS: bool = cfg!(CONFIG_MITIGATION_RETHUNK);
 
-impl Arch for This {
+impl Arch for CurrentArch {
     const PLAN: crate::plan::Arch = crate::plan::Arch::X86;
     // `INT3` over a site's first byte.
     const GUARD: &'static [u8] = &[insn::GUARD];
