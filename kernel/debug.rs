@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The seeded defects of debug builds: what `textpoke.debug_protocol` selects.
+//! The seeded defects of debug builds: what `textpoke.debug_protocol` selects, by the table in
+//! `kernel/defects.rs`.
 //!
 //! They exist so that each of the guest's checks can be shown to catch the defect it claims to
 //! cover, under the same load the correct engine passes. Only a module built with
@@ -9,14 +10,38 @@
 //! lockdown and taints the kernel (kernel/exports.c); it is read once per batch, and every
 //! batch that uses it logs so.
 
+use crate::defects::{self, SeededDefect};
 use crate::plan::Protocol;
+use kernel::static_assert;
+
+/// What each seeded defect of the table (`kernel/defects.rs`) does here.
+const BEHAVIOUR: [(SeededDefect, Defect); 11] = [
+    (
+        defects::RECORD_BEFORE_GUARD_SYNC,
+        Defect::Plan(Protocol::RecordBeforeGuardSync),
+    ),
+    (
+        defects::HEAD_BEFORE_TAIL_SYNC,
+        Defect::Plan(Protocol::HeadBeforeTailSync),
+    ),
+    (
+        defects::UNGUARDED_NOSYNC,
+        Defect::Plan(Protocol::UnguardedNosync),
+    ),
+    (defects::BEFORE_AFTER, Defect::Plan(Protocol::BeforeAfter)),
+    (defects::EMULATE_OLD, Defect::EmulateOld),
+    (defects::EMULATE_OTHER, Defect::EmulateOther),
+    (defects::SKIP_FINAL_WRITE, Defect::SkipFinalWrite),
+    (defects::DROP_RECORD, Defect::DropRecord),
+    (defects::WRONG_OLD_BYTES, Defect::WrongOldBytes),
+    (defects::SWALLOW_FOREIGN, Defect::SwallowForeign),
+    (defects::IGNORE_OTHER_PATCHERS, Defect::IgnoreOtherPatchers),
+];
+// Every defect of the table has its behaviour here, once.
+static_assert!(BEHAVIOUR.len() == defects::ALL.len());
 
 /// What a batch does differently from the guarded protocol.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[cfg_attr(
-    not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL),
-    expect(dead_code, reason = "a production build selects no defect")
-)]
 pub(crate) enum Defect {
     /// None: the guarded protocol.
     None,
@@ -81,20 +106,10 @@ pub(crate) fn defect() -> Defect {
         // SAFETY: An `int` module parameter; sysfs may write it at any time, so read it once
         // and without assuming it stays the same.
         let value = unsafe { core::ptr::read_volatile(&raw const textpoke_debug_protocol) };
-        match value {
-            1 => Defect::Plan(Protocol::RecordBeforeGuardSync),
-            2 => Defect::Plan(Protocol::HeadBeforeTailSync),
-            3 => Defect::Plan(Protocol::UnguardedNosync),
-            4 => Defect::Plan(Protocol::BeforeAfter),
-            5 => Defect::EmulateOld,
-            6 => Defect::EmulateOther,
-            7 => Defect::SkipFinalWrite,
-            8 => Defect::DropRecord,
-            9 => Defect::WrongOldBytes,
-            10 => Defect::SwallowForeign,
-            11 => Defect::IgnoreOtherPatchers,
-            _ => Defect::None,
-        }
+        BEHAVIOUR
+            .iter()
+            .find(|(d, _)| d.mode == value)
+            .map_or(Defect::None, |(_, b)| *b)
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
     Defect::None

@@ -17,6 +17,7 @@ module! {
 
 // The pure files, shared with the host crate textpoke-core.
 pub mod atomic;
+pub mod defects;
 pub mod insn;
 pub mod pending;
 pub mod plan;

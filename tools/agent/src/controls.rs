@@ -12,6 +12,7 @@ use textpoke_agent::exerciser::{self, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
 use textpoke_agent::sys;
+use textpoke_core::defects::{self, SeededDefect};
 use textpoke_core::refusal;
 
 use crate::kernel_patching;
@@ -28,9 +29,8 @@ const SPEC: &str = "keys=4 sites=8 ftrace=16 flips=3 pokers=1";
 
 /// A seeded defect and the check that must catch it.
 struct Control {
-    name: &'static str,
-    /// `textpoke.debug_protocol` (kernel/debug.rs).
-    mode: u32,
+    /// The defect, whose `caught_by` names this control's case (kernel/defects.rs).
+    defect: SeededDefect,
     /// The check that must fail: `Ok(what it found)` if it did, `Err(why not)` if it passed.
     caught: fn(&Evidence, &[Site]) -> Result<String, String>,
 }
@@ -264,33 +264,27 @@ fn wrong_old_bytes_caught(ev: &Evidence, sites: &[Site]) -> Result<String, Strin
 
 const CONTROLS: &[Control] = &[
     Control {
-        name: "control_emulate_old_caught",
-        mode: 5,
+        defect: defects::EMULATE_OLD,
         caught: emulate_old_caught,
     },
     Control {
-        name: "control_emulate_other_site_caught",
-        mode: 6,
+        defect: defects::EMULATE_OTHER,
         caught: emulate_other_caught,
     },
     Control {
-        name: "control_unguarded_nosync_caught",
-        mode: 3,
+        defect: defects::UNGUARDED_NOSYNC,
         caught: unguarded_caught,
     },
     Control {
-        name: "control_skipped_write_caught",
-        mode: 7,
+        defect: defects::SKIP_FINAL_WRITE,
         caught: skipped_write_caught,
     },
     Control {
-        name: "control_dropped_record_caught",
-        mode: 8,
+        defect: defects::DROP_RECORD,
         caught: dropped_record_caught,
     },
     Control {
-        name: "control_wrong_old_bytes_caught",
-        mode: 9,
+        defect: defects::WRONG_OLD_BYTES,
         caught: wrong_old_bytes_caught,
     },
 ];
@@ -323,7 +317,7 @@ pub fn reload(textpoke: &str, exerciser_params: &str) -> Result<Vec<Site>, Strin
 /// only `BRK #0x008`, so no other breakpoint can reach it; the boot-level check of a foreign
 /// `BRK #0x008` is in the runner's matrix: `harness-foreign-brk*`.)
 fn foreign_int3_control() -> Case {
-    const NAME: &str = "control_swallowed_foreign_int3_caught";
+    const NAME: &str = defects::SWALLOW_FOREIGN.caught_by;
     const RUNS: u64 = 100;
     let run = || -> Result<String, String> {
         let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
@@ -333,8 +327,9 @@ fn foreign_int3_control() -> Case {
             .ok_or("no jmp32 site")?;
         load("textpoke_outsider", &format!("foreign={:#x}", site.addr))?;
         let dir = "/sys/kernel/debug/textpoke_outsider";
-        sys::set_module_param("textpoke", "debug_protocol", "10")
-            .map_err(|e| format!("setting debug_protocol=10: {e}"))?;
+        let mode = defects::SWALLOW_FOREIGN.mode;
+        sys::set_module_param("textpoke", "debug_protocol", &mode.to_string())
+            .map_err(|e| format!("setting debug_protocol={mode}: {e}"))?;
         let ran = sys::write_file(format!("{dir}/control"), format!("int3 {RUNS}").as_bytes());
         sys::set_module_param("textpoke", "debug_protocol", "0")
             .map_err(|e| format!("resetting debug_protocol: {e}"))?;
@@ -366,7 +361,7 @@ fn foreign_int3_control() -> Case {
 /// but for its owner (samples/textpoke_outsider.c), so under the defect each must give exactly
 /// 0: any other errno is some other refusal, and catches nothing.
 fn other_patchers_control() -> Case {
-    const NAME: &str = "control_other_patchers_ignored_caught";
+    const NAME: &str = defects::IGNORE_OTHER_PATCHERS.caught_by;
     const OWNED: [&str; 3] = [
         "register_jump_label_site",
         "register_ftrace_site",
@@ -380,8 +375,9 @@ fn other_patchers_control() -> Case {
             .find(|s| s.kind == branch)
             .ok_or("no branch site")?
             .addr;
-        sys::set_module_param("textpoke", "debug_protocol", "11")
-            .map_err(|e| format!("setting debug_protocol=11: {e}"))?;
+        let mode = defects::IGNORE_OTHER_PATCHERS.mode;
+        sys::set_module_param("textpoke", "debug_protocol", &mode.to_string())
+            .map_err(|e| format!("setting debug_protocol={mode}: {e}"))?;
         let cursor = sys::dmesg_cursor().unwrap_or_default();
         let loaded = load("textpoke_outsider", &format!("foreign={foreign:#x}"));
         let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
@@ -432,7 +428,7 @@ fn registered_over_owners(
 /// Reloads the debug build, runs `f` on its sites with `debug_protocol=mode`, and sets the
 /// switch back to 0 whatever `f` returned. Returns the sites and `f`'s result.
 fn under_defect<T>(
-    mode: u32,
+    mode: i32,
     f: impl FnOnce(&[Site]) -> Result<T, String>,
 ) -> Result<(Vec<Site>, T), String> {
     let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
@@ -449,7 +445,7 @@ fn under_defect<T>(
 /// exerciser's executors goes into its verdict.
 fn observer_control(kcore: &Kcore) -> Case {
     const NAME: &str = "control_unguarded_nosync_caught_by_observer";
-    const MODE: u32 = 3;
+    const MODE: i32 = defects::UNGUARDED_NOSYNC.mode;
     let run = || -> Result<String, String> {
         let (_, (_, c, v)) = under_defect(MODE, |sites| {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
@@ -476,8 +472,8 @@ fn observer_control(kcore: &Kcore) -> Case {
 /// ended between a site's two records, where the records cannot say which instruction ran. The
 /// single guarded record leaves no such interval (the host model's figures: docs/protocol.md).
 fn before_after_observed(kcore: &Kcore) -> Case {
-    const NAME: &str = "before_after_leaves_executions_undecided";
-    const MODE: u32 = 4;
+    const NAME: &str = defects::BEFORE_AFTER.caught_by;
+    const MODE: i32 = defects::BEFORE_AFTER.mode;
     let run = || -> Result<String, String> {
         let (sites, (ev, c, v)) = under_defect(MODE, |sites| {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
@@ -506,8 +502,8 @@ fn before_after_observed(kcore: &Kcore) -> Case {
 
 fn control(c: &Control, kcore: &Kcore) -> Case {
     let run = || -> Result<(String, Vec<String>), String> {
-        let (sites, ev) = under_defect(c.mode, |sites| scenario::run(SPEC, sites, kcore))?;
-        let notes = vec![format!("debug_protocol={} under {SPEC}", c.mode)];
+        let (sites, ev) = under_defect(c.defect.mode, |sites| scenario::run(SPEC, sites, kcore))?;
+        let notes = vec![format!("debug_protocol={} under {SPEC}", c.defect.mode)];
         match (c.caught)(&ev, &sites) {
             Ok(found) => Ok((found, notes)),
             Err(why) => Err(format!("not caught: {why}")),
@@ -516,9 +512,9 @@ fn control(c: &Control, kcore: &Kcore) -> Case {
     match run() {
         Ok((found, notes)) => notes
             .into_iter()
-            .fold(Case::pass(c.name), Case::with_log)
+            .fold(Case::pass(c.defect.caught_by), Case::with_log)
             .with_log(found),
-        Err(e) => Case::fail(c.name, e),
+        Err(e) => Case::fail(c.defect.caught_by, e),
     }
 }
 
@@ -533,7 +529,7 @@ fn kernel_record_control(
     after: impl FnOnce(),
 ) -> Case {
     let run = || -> Result<String, String> {
-        let (_, outcome) = under_defect(8, |_| Ok(check()))?;
+        let (_, outcome) = under_defect(defects::DROP_RECORD.mode, |_| Ok(check()))?;
         reload("textpoke", CONTROL_EXERCISER_PARAMS)?;
         after();
         kernel_caught(outcome)

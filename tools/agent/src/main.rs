@@ -447,8 +447,9 @@ fn foreign_brk(swallow: bool) -> (Case, Case) {
         .and_then(|()| load("textpoke_outsider", ""))
         .and_then(|()| {
             if swallow {
-                sys::set_module_param("textpoke", "debug_protocol", "10")
-                    .map_err(|e| format!("setting debug_protocol=10: {e}"))?;
+                let mode = textpoke_core::defects::SWALLOW_FOREIGN.mode;
+                sys::set_module_param("textpoke", "debug_protocol", &mode.to_string())
+                    .map_err(|e| format!("setting debug_protocol={mode}: {e}"))?;
             }
             Ok(())
         });

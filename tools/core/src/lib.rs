@@ -24,6 +24,8 @@ pub mod plan;
 #[path = "../../../kernel/record.rs"]
 pub mod record;
 
+#[path = "../../../kernel/defects.rs"]
+pub mod defects;
 #[path = "../../../kernel/refusal.rs"]
 pub mod refusal;
 
