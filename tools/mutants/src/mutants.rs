@@ -6,10 +6,12 @@
 //! exactly once (at the moment it is applied) is an error naming the mutant and its file: a later
 //! edit of that file must update the table, never silently turn a mutant into a no-op.
 
-/// The pending-instruction table, the file of most mutants.
+/// The pending-instruction table.
 pub const PENDING: &str = "kernel/pending.rs";
-/// The x86-64 instruction codec and its listing policy.
+/// The x86-64 instruction codec, its emulation and its listing policy.
 pub const X86_INSN: &str = "arch/x86/insn.rs";
+/// The arm64 instruction codec and its emulation.
+pub const ARM64_INSN: &str = "arch/arm64/insn.rs";
 
 /// One deliberate weakening of the source.
 pub struct Mutant {
@@ -94,6 +96,28 @@ const RETIRE_FENCE_THEN_FREE: &str = "        slot.state.store(RETIRING, Orderin
 // The snippet of `arch/x86/insn.rs`: the body of `Kind::listed_with`, the return-thunk policy.
 // Without it a bare `RET` would be written on a kernel built with `CONFIG_MITIGATION_RETHUNK`.
 const LISTED_WITH: &str = "!(return_thunks && matches!(self, Kind::Ret))";
+
+// The snippets of `arch/x86/insn.rs`: emulation and decoding.
+
+const X86_CALL_PUSH: &str = "stack.write_u64(sp, end_of(site, REL32_LEN));";
+const X86_CALL_JUMP: &str = "regs.set_ip(target);";
+const X86_REL8_SIGN: &str = "branch_target(site, REL8_LEN, i64::from(rel))";
+const X86_REL32_SIGN: &str = "i64::from(i32::from_le_bytes(rel))";
+const X86_RET_PADDING: &str = "rest.iter().any(|&b| b != GUARD)";
+const X86_NOP2: &str = "if matches_fixed(bytes, &NOP2_BYTES)? {";
+
+// The snippets of `arch/arm64/insn.rs`.
+
+const ARM64_BL_LINK: &str = "                regs.set_x(LR, next);\n";
+const ARM64_MOV: &str = "regs.set_x(X9, regs.x(LR));";
+const ARM64_IMM26: &str = "let offset = (((word & IMM26_MASK) << 6) as i32) >> 4;";
+const ARM64_RET: &str = "RET => Ok(Insn::Ret),";
+const ARM64_BRK_UNLISTED: &str = "Insn::Brk { .. } => None,";
+
+// More snippets of `kernel/pending.rs`: the search of a slot and the overlap of two batches.
+
+const FIND_EXACT: &str = "let i = entries.binary_search_by(|e| e.addr().cmp(&addr)).ok()?;";
+const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 /// Every mutant, in the order they run.
 pub const MUTANTS: &[Mutant] = &[
@@ -313,6 +337,149 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/pending.rs, continued.
+    Mutant {
+        name: "find-by-range",
+        file: PENDING,
+        what: "find: a site's inner address finds the site (range, not exact)",
+        edits: &[(
+            FIND_EXACT,
+            "let i = entries
+            .binary_search_by(|e| e.addr().cmp(&addr))
+            .unwrap_or_else(|i| i.saturating_sub(1));",
+        )],
+        killers: &["stress:finds_exactly_the_published_sites_while_in_flight"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "conflict-same-start-only",
+        file: PENDING,
+        what: "conflicts: two batches overlap only where a site starts at once",
+        edits: &[(OVERLAP, "if x.addr() == y.addr() {")],
+        killers: &["stress:batches_nest_and_conflicts_are_refused"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // arch/x86/insn.rs, continued: emulation and acceptance.
+    Mutant {
+        name: "x86-call-pushes-site",
+        file: X86_INSN,
+        what: "x86 CALL emulation pushes the call's own address",
+        edits: &[(X86_CALL_PUSH, "stack.write_u64(sp, site);")],
+        killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-call-falls-through",
+        file: X86_INSN,
+        what: "x86 CALL emulation resumes after the call, not at its target",
+        edits: &[(X86_CALL_JUMP, "regs.set_ip(end_of(site, REL32_LEN));")],
+        killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-rel8-unsigned",
+        file: X86_INSN,
+        what: "x86 decode: JMP rel8's displacement zero-extended",
+        edits: &[(
+            X86_REL8_SIGN,
+            "branch_target(site, REL8_LEN, i64::from(rel as u8))",
+        )],
+        killers: &["x86_insn:exact_bytes_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-rel32-unsigned",
+        file: X86_INSN,
+        what: "x86 decode: rel32 displacements zero-extended",
+        edits: &[(X86_REL32_SIGN, "i64::from(u32::from_le_bytes(rel))")],
+        killers: &["x86_insn:exact_bytes_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-ret-any-padding",
+        file: X86_INSN,
+        what: "x86 accept: RET followed by anything (an unlisted string)",
+        edits: &[(X86_RET_PADDING, "false")],
+        killers: &["x86_insn:accept_errors"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-nop2-refused",
+        file: X86_INSN,
+        what: "x86 accept: the listed NOP2 refused",
+        edits: &[(X86_NOP2, "if matches_fixed(bytes, &NOP2_BYTES)? && false {")],
+        killers: &["x86_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // arch/arm64/insn.rs.
+    Mutant {
+        name: "arm64-bl-no-link",
+        file: ARM64_INSN,
+        what: "arm64 BL emulation leaves X30 alone",
+        edits: &[(ARM64_BL_LINK, "")],
+        killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-bl-links-itself",
+        file: ARM64_INSN,
+        what: "arm64 BL emulation links the BL's own address",
+        edits: &[(ARM64_BL_LINK, "                regs.set_x(LR, site);\n")],
+        killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-imm26-unsigned",
+        file: ARM64_INSN,
+        what: "arm64 decode: B/BL imm26 not sign-extended",
+        edits: &[(
+            ARM64_IMM26,
+            "let offset = ((word & IMM26_MASK) << 2) as i32;",
+        )],
+        killers: &["arm64_insn:exact_words_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-mov-backwards",
+        file: ARM64_INSN,
+        what: "arm64 MOV X9, X30 emulation copies X9 into X30",
+        edits: &[(ARM64_MOV, "regs.set_x(LR, regs.x(X9));")],
+        killers: &["arm64_insn:emulate_mov_x9_x30_copies_the_link_register"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-ret-refused",
+        file: ARM64_INSN,
+        what: "arm64 decode: the listed RET refused",
+        edits: &[(ARM64_RET, "RET => Err(InsnError::Unsupported),")],
+        killers: &["arm64_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-brk-listed",
+        file: ARM64_INSN,
+        what: "arm64 accept: every BRK (the guard too) accepted, as a NOP",
+        edits: &[(
+            ARM64_BRK_UNLISTED,
+            "Insn::Brk { .. } => Some(ListedInsn::Nop),",
+        )],
+        killers: &["arm64_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -436,6 +603,6 @@ mod tests {
 
     #[test]
     fn the_files_are_listed_once_each_in_order() {
-        assert_eq!(files(MUTANTS), [PENDING, X86_INSN]);
+        assert_eq!(files(MUTANTS), [PENDING, X86_INSN, ARM64_INSN]);
     }
 }
