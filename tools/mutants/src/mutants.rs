@@ -12,6 +12,8 @@ pub const PENDING: &str = "kernel/pending.rs";
 pub const X86_INSN: &str = "arch/x86/insn.rs";
 /// The arm64 instruction codec and its emulation.
 pub const ARM64_INSN: &str = "arch/arm64/insn.rs";
+/// The step planner and the recovery of a failed commit.
+pub const PLAN: &str = "kernel/plan.rs";
 
 /// One deliberate weakening of the source.
 pub struct Mutant {
@@ -96,6 +98,36 @@ const RETIRE_FENCE_THEN_FREE: &str = "        slot.state.store(RETIRING, Orderin
 // The snippet of `arch/x86/insn.rs`: the body of `Kind::listed_with`, the return-thunk policy.
 // Without it a bare `RET` would be written on a kernel built with `CONFIG_MITIGATION_RETHUNK`.
 const LISTED_WITH: &str = "!(return_thunks && matches!(self, Kind::Ret))";
+
+// The snippets of `kernel/plan.rs`.
+
+/// The guard sync: after every guard, before any tail or record.
+const PLAN_GUARD_SYNC: &str = "if self.wrote_guard {";
+/// The tail sync (x86): after the tails, before any head.
+const PLAN_TAIL_SYNC: &str =
+    "if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {";
+/// The head sync: after the heads, before the batch retires.
+const PLAN_HEAD_SYNC: &str = "self.enter(Phase::Retire);
+                    if self.wrote_head {";
+/// What makes a change no change.
+const PLAN_IS_NOOP: &str = "        self.old == self.new\n";
+/// The section a change belongs to: the parked one or the guarded one.
+const PLAN_SECTION: &str = "if !change.is_noop() && change.parked == parked {";
+/// Whether the batch opens a parked section.
+const PLAN_PARK: &str = ".any(|c| c.parked && !c.is_noop())";
+/// The broken protocol's records before the guard sync, and its way past the records phase.
+const PLAN_RECORDS_EARLY: &str = "if self.protocol == Protocol::RecordBeforeGuardSync {
+                        // The broken order";
+const PLAN_RECORDS_SKIPPED: &str =
+    "None => self.enter(if self.protocol == Protocol::RecordBeforeGuardSync {";
+/// A stranded site's target.
+const RECOVERY_TARGET: &str = "        if self.recorded {\n";
+/// Recovery's sync between the tails and the heads.
+const RECOVERY_TAIL_SYNC: &str = "if core::mem::take(&mut self.wrote) || stale {";
+/// Recovery's order of phases: tails, their sync, heads, their sync.
+const RECOVERY_FIRST: &str = "phase: RecoveryPhase::Tails,";
+const RECOVERY_AFTER_TAILS: &str = "self.enter(RecoveryPhase::Heads);";
+const RECOVERY_AFTER_HEADS: &str = "self.enter(RecoveryPhase::Done);";
 
 // The snippets of `arch/x86/insn.rs`: emulation and decoding.
 
@@ -480,6 +512,167 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/plan.rs: the guarded section's syncs and the decisions before it.
+    Mutant {
+        name: "plan-no-guard-sync",
+        file: PLAN,
+        what: "plan: no sync after the guards",
+        edits: &[(PLAN_GUARD_SYNC, "if false {")],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-no-tail-sync",
+        file: PLAN,
+        what: "plan: no sync between the tails and the heads (x86)",
+        edits: &[(PLAN_TAIL_SYNC, "if false {")],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-no-head-sync",
+        file: PLAN,
+        what: "plan: no sync after the heads, before the batch retires",
+        edits: &[(
+            PLAN_HEAD_SYNC,
+            "self.enter(Phase::Retire);
+                    if false {",
+        )],
+        killers: &[
+            "plan:arm64_batch_takes_two_syncs_and_no_tails",
+            "model:guarded_arm64_is_clean_exhaustively_3_cpus_4_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-noop-by-head",
+        file: PLAN,
+        what: "plan: a change with the same first byte is no change",
+        edits: &[(PLAN_IS_NOOP, "        self.old.head() == self.new.head()\n")],
+        killers: &[
+            "plan:a_retargeted_jump_is_planned_although_only_its_tail_changes",
+            "model:retargeted_branches_are_clean_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-noop-never",
+        file: PLAN,
+        what: "plan: an unchanged site is planned as a change",
+        edits: &[(PLAN_IS_NOOP, "        false\n")],
+        killers: &["plan:noop_changes_get_nothing"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-parked-guarded",
+        file: PLAN,
+        what: "plan: the parked flag ignored, every change guarded",
+        edits: &[(PLAN_SECTION, "if !change.is_noop() && !parked {")],
+        killers: &[
+            "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
+            "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-never-parks",
+        file: PLAN,
+        what: "plan: no parked section, so parked changes are never made",
+        edits: &[(PLAN_PARK, ".any(|_| false)")],
+        killers: &[
+            "plan:all_parked_batch_has_no_guarded_section",
+            "model:all_parked_arm64_is_clean_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-records-early",
+        file: PLAN,
+        what: "plan: the guarded protocol's records before the guard sync",
+        edits: &[
+            (
+                PLAN_RECORDS_EARLY,
+                "if matches!(self.protocol, Protocol::Guarded | Protocol::RecordBeforeGuardSync) {
+                        // The broken order",
+            ),
+            (
+                PLAN_RECORDS_SKIPPED,
+                "None => self.enter(if matches!(
+                        self.protocol,
+                        Protocol::Guarded | Protocol::RecordBeforeGuardSync
+                    ) {",
+            ),
+        ],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    // kernel/plan.rs: recovery of a failed commit.
+    Mutant {
+        name: "recovery-swapped",
+        file: PLAN,
+        what: "recovery: a recorded site back to old, an unrecorded one to new",
+        edits: &[(RECOVERY_TARGET, "        if !self.recorded {\n")],
+        killers: &[
+            "plan:recovery_targets_what_the_record_says",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-no-tail-sync",
+        file: PLAN,
+        what: "recovery: no sync between its tails and its heads",
+        edits: &[(RECOVERY_TAIL_SYNC, "if false {")],
+        killers: &[
+            "plan:recovery_writes_tails_then_syncs_then_heads",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-no-stale-sync",
+        file: PLAN,
+        what: "recovery: no sync before heads behind tails the plan wrote",
+        edits: &[(RECOVERY_TAIL_SYNC, "if core::mem::take(&mut self.wrote) {")],
+        killers: &["plan:recovery_syncs_before_heads_behind_tails_the_plan_wrote"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-heads-first",
+        file: PLAN,
+        what: "recovery: heads, a sync, then tails, a sync",
+        edits: &[
+            (RECOVERY_AFTER_HEADS, "self.enter(RecoveryPhase::Tails);"),
+            (RECOVERY_AFTER_TAILS, "self.enter(RecoveryPhase::Done);"),
+            (RECOVERY_FIRST, "phase: RecoveryPhase::Heads,"),
+        ],
+        killers: &[
+            "plan:recovery_writes_tails_then_syncs_then_heads",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -603,6 +796,6 @@ mod tests {
 
     #[test]
     fn the_files_are_listed_once_each_in_order() {
-        assert_eq!(files(MUTANTS), [PENDING, X86_INSN, ARM64_INSN]);
+        assert_eq!(files(MUTANTS), [PENDING, X86_INSN, ARM64_INSN, PLAN]);
     }
 }
