@@ -14,6 +14,8 @@ pub const X86_INSN: &str = "arch/x86/insn.rs";
 pub const ARM64_INSN: &str = "arch/arm64/insn.rs";
 /// The step planner and the recovery of a failed commit.
 pub const PLAN: &str = "kernel/plan.rs";
+/// The `PERF_RECORD_TEXT_POKE` writer.
+pub const RECORD: &str = "kernel/record.rs";
 
 /// One deliberate weakening of the source.
 pub struct Mutant {
@@ -145,6 +147,12 @@ const ARM64_MOV: &str = "regs.set_x(X9, regs.x(LR));";
 const ARM64_IMM26: &str = "let offset = (((word & IMM26_MASK) << 6) as i32) >> 4;";
 const ARM64_RET: &str = "RET => Ok(Insn::Ret),";
 const ARM64_BRK_UNLISTED: &str = "Insn::Brk { .. } => None,";
+
+// The snippets of `kernel/record.rs`.
+
+const RECORD_BYTES: &str = "        w.put(old)?;\n        w.put(new)?;\n";
+const RECORD_PADDED: &str = "let padded = tot.checked_add(7)? & !7;";
+const RECORD_PAD: &str = "        w.zeros(pad)?;\n";
 
 // More snippets of `kernel/pending.rs`: the search of a slot and the overlap of two batches.
 
@@ -673,6 +681,34 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/record.rs.
+    Mutant {
+        name: "record-swapped",
+        file: RECORD,
+        what: "record: the new bytes before the old ones",
+        edits: &[(RECORD_BYTES, "        w.put(new)?;\n        w.put(old)?;\n")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "record-unpadded-size",
+        file: RECORD,
+        what: "record: size not rounded up to 8 bytes (no padding)",
+        edits: &[(RECORD_PADDED, "let padded = tot;")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "record-pad-skipped",
+        file: RECORD,
+        what: "record: padding counted in the size but not written",
+        edits: &[(RECORD_PAD, "")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -796,6 +832,9 @@ mod tests {
 
     #[test]
     fn the_files_are_listed_once_each_in_order() {
-        assert_eq!(files(MUTANTS), [PENDING, X86_INSN, ARM64_INSN, PLAN]);
+        assert_eq!(
+            files(MUTANTS),
+            [PENDING, X86_INSN, ARM64_INSN, PLAN, RECORD]
+        );
     }
 }
