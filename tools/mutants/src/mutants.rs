@@ -1,10 +1,15 @@
-//! The mutants, each a weakening of one file of the kernel module's shared source, and how one
-//! is applied to that file's text.
+//! The mutants, each a weakening of one file of the kernel module's source, and how one is
+//! applied to that file's text.
 //!
 //! Each mutant names the file it edits ([`Mutant::file`], relative to the repository root) and
 //! lists exact text replacements in its current source. A replacement whose text does not occur
 //! exactly once (at the moment it is applied) is an error naming the mutant and its file: a later
 //! edit of that file must update the table, never silently turn a mutant into a no-op.
+//!
+//! Most files are shared with the host crate `textpoke-core`, and their mutants name host tests
+//! that kill them. The files of [`KERNEL_ONLY`] only the kernel module compiles: their mutants
+//! are allowed, each with the check of `make test`'s guests that catches it (or, where none
+//! does, what would), and are applied to the source only to keep their text current.
 
 /// The pending-instruction table.
 pub const PENDING: &str = "kernel/pending.rs";
@@ -16,6 +21,23 @@ pub const ARM64_INSN: &str = "arch/arm64/insn.rs";
 pub const PLAN: &str = "kernel/plan.rs";
 /// The `PERF_RECORD_TEXT_POKE` writer.
 pub const RECORD: &str = "kernel/record.rs";
+/// A batch's executor: the plan's steps run with real primitives (kernel-only).
+pub const BATCH: &str = "kernel/batch.rs";
+/// The trap handler (kernel-only).
+pub const TRAP: &str = "kernel/trap.rs";
+/// textpoke as the kernel's own patcher (kernel-only).
+pub const PATCHER: &str = "kernel/patcher.rs";
+/// The registry of sites (kernel-only).
+pub const SITES: &str = "kernel/sites.rs";
+
+/// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
+/// host test can run them, so their mutants are never built here.
+pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES];
+
+/// Whether `file` is compiled into the kernel module only.
+pub fn kernel_only(file: &str) -> bool {
+    KERNEL_ONLY.contains(&file)
+}
 
 /// One deliberate weakening of the source.
 pub struct Mutant {
@@ -35,7 +57,8 @@ pub struct Mutant {
     /// expected failure mode, and so counts as a kill. Otherwise a hang is inconclusive and
     /// fails the run.
     pub hang_kills: bool,
-    /// For a mutant allowed to survive: why it is harmless.
+    /// For a mutant allowed to survive: why it is harmless, or, for a mutant of a
+    /// [`KERNEL_ONLY`] file, which check of `make test` catches it (or what would).
     pub allowed: Option<&'static str>,
 }
 
@@ -158,6 +181,29 @@ const RECORD_PAD: &str = "        w.zeros(pad)?;\n";
 
 const FIND_EXACT: &str = "let i = entries.binary_search_by(|e| e.addr().cmp(&addr)).ok()?;";
 const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
+
+// The snippets of the kernel-only files, for the allowed mutants below.
+
+const BATCH_SYNC: &str = "Step::Sync => {\n                    self.text.sync(This::sync_all);";
+const BATCH_TEXT_CHECK: &str = "        self.check_text()?;\n";
+const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
+            if s.guarded {
+                self.engine.replaced.record(e.addr);
+            }
+        }
+";
+const TRAP_FOREIGN: &str = "        return false;\n    }\n    let mut now";
+const TRAP_COUNT: &str = "        engine.stats.count_trap(cpu, This::kind(&insn), kernel);\n";
+const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
+const PATCHER_PUSH: &str = "        if q.entries.push(entry, GFP_KERNEL).is_err() {";
+const PATCHER_MUST_PARK: &str = "    if This::must_park(&old, &new) {
+        return Err(Declined::MustPark);
+    }
+";
+const SITES_OVERLAP: &str = "if overlaps_prev || overlaps_next {";
+const SITES_INSIDE: &str = "            Some((_, s)) if addr < s.end() => Found::Inside,\n";
+const SITES_OTHER_PATCHERS: &str =
+    "if crate::debug::defect() == crate::debug::Defect::IgnoreOtherPatchers {";
 
 /// Every mutant, in the order they run.
 pub const MUTANTS: &[Mutant] = &[
@@ -709,6 +755,172 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/batch.rs (kernel-only): the executor.
+    Mutant {
+        name: "batch-sync-skipped",
+        file: BATCH,
+        what: "executor: a plan's Sync step counted but not made",
+        edits: &[(
+            BATCH_SYNC,
+            "Step::Sync => {\n                    self.text.sync(|| {});",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: QEMU's TCG keeps every vCPU's instruction stream \
+             coherent with memory, so no guest can observe a missing sync (why seeded defects 1 \
+             and 2 are host-only, docs/architecture.md), and the host model checks plan.rs's \
+             steps, not this executor. It would take the executor built against a fake arch that \
+             counts sync_all() calls against Cost::of(plan), which needs batch.rs off the kernel \
+             crate, or incoherent hardware",
+        ),
+    },
+    Mutant {
+        name: "batch-text-unchecked",
+        file: BATCH,
+        what: "executor: no check of the text before the first guard",
+        edits: &[(BATCH_TEXT_CHECK, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the outsider's verdict change_under_kprobe (KTAP \
+             outsider_change_under_kprobe): a change at a site under an armed kprobe must fail \
+             with EIO and write nothing, and unchecked the batch writes its guard over the \
+             kprobe's and commits",
+        ),
+    },
+    Mutant {
+        name: "batch-recovery-unrecorded",
+        file: BATCH,
+        what: "recovery: the guards it took out not recorded as replaced",
+        edits: &[(BATCH_RECOVERY_REPLACED, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: only a vCPU running a stale translation of a \
+             guard after its batch retired needs the record, which single-threaded TCG, the \
+             harness's, never did (0 vanished-guard traps, docs/results.md). An MTTCG boot \
+             (textpoke-runner boot --mttcg, 298 vanished-guard traps in one run) running \
+             write_failure_recovered_at_every_write would oops on such a guard",
+        ),
+    },
+    // kernel/trap.rs (kernel-only): the trap handler.
+    Mutant {
+        name: "trap-claims-foreign",
+        file: TRAP,
+        what: "trap: claims a trap at no site of its own",
+        edits: &[(TRAP_FOREIGN, "        return true;\n    }\n    let mut now")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test where seeded defect 10 (the swallowed foreign trap) is: on x86 \
+             by the outsider's foreign_int3_reaches_its_owner (its die notifier, below \
+             textpoke's hook, misses its INT3s); on arm64 by the harness boot \
+             harness-foreign-brk, which wants the Oops - BRK of a BRK #0x008 that is not \
+             textpoke's (claimed without a skip, it traps again for ever: no Oops)",
+        ),
+    },
+    Mutant {
+        name: "trap-uncounted",
+        file: TRAP,
+        what: "trap: emulated but not counted (textpoke_cpu_traps)",
+        edits: &[(TRAP_COUNT, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by every scenario's trap_bits_agree: the executors see their \
+             trapped executions (the CPU's word) that textpoke_cpu_traps() did not count",
+        ),
+    },
+    // kernel/patcher.rs (kernel-only): the kernel's own changes.
+    Mutant {
+        name: "patcher-apply-nothing",
+        file: PATCHER,
+        what: "patcher: apply commits nothing it took",
+        edits: &[(PATCHER_APPLY, "        let _ = held;\n")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by kernel_patching's first transition, sched_schedstats_on \
+             (the text did not change although the kernel handed its jump labels to textpoke), \
+             and by module_keys_read_right and kernel_static_keys_selftest",
+        ),
+    },
+    Mutant {
+        name: "patcher-drops-a-change",
+        file: PATCHER,
+        what: "patcher: a change it takes is never queued",
+        edits: &[(
+            PATCHER_PUSH,
+            "        if false && q.entries.push(entry, GFP_KERNEL).is_err() {",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by module_keys_read_right (the keys module sees its branches \
+             disagree with its keys), kernel_static_keys_selftest (test_static_keys fails) and \
+             every kernel_patching transition (the text did not change)",
+        ),
+    },
+    Mutant {
+        name: "patcher-takes-unsafe",
+        file: PATCHER,
+        what: "patcher: a change that must be parked taken under a guard",
+        edits: &[(PATCHER_MUST_PARK, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: the only such change, arm64 ftrace's NOP -> MOV \
+             X9, X30 at a module's load, is written before the site can run, and TCG executes a \
+             BRK written over it like any other. The model catches the rule broken only for the \
+             changes it is given (control_unparked_ret_and_mov_x9_x30_are_caught); a guest \
+             check that the arm64 module loaded while tracing (module_loaded_while_tracing_\
+             recorded) hands its MOV X9, X30 changes back (kernel.declined, no record at them) \
+             would kill it",
+        ),
+    },
+    // kernel/sites.rs (kernel-only): the registry.
+    Mutant {
+        name: "sites-register-over",
+        file: SITES,
+        what: "register: a site over a registered one accepted",
+        edits: &[(SITES_OVERLAP, "if false {")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: no guest registers a site over a registered one \
+             (the outsider only adds and unregisters at the exerciser's site). A bad-input case \
+             registering the outsider's or the exerciser's own site again, and one inside it, \
+             each expecting refusal::INSIDE_SITE and the log line \"it overlaps a registered \
+             site\", would kill it",
+        ),
+    },
+    Mutant {
+        name: "sites-inside-is-nowhere",
+        file: SITES,
+        what: "find: an address inside a site taken for no site",
+        edits: &[(SITES_INSIDE, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the bad-input case inside_site: a change one byte into a \
+             site must be refused with refusal::INSIDE_SITE and \"inside another site\", not \
+             as unregistered",
+        ),
+    },
+    Mutant {
+        name: "sites-other-patchers",
+        file: SITES,
+        what: "register: no check for text other patchers own",
+        edits: &[(SITES_OTHER_PATCHERS, "if true {")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test as seeded defect 11 is (control_other_patchers_ignored_caught): \
+             the outsider's verdicts register_jump_label_site, register_ftrace_site and \
+             register_kprobed_site (KTAP outsider_register_*) want ETXTBSY",
+        ),
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -834,7 +1046,33 @@ mod tests {
     fn the_files_are_listed_once_each_in_order() {
         assert_eq!(
             files(MUTANTS),
-            [PENDING, X86_INSN, ARM64_INSN, PLAN, RECORD]
+            [PENDING, X86_INSN, ARM64_INSN, PLAN, RECORD, BATCH, TRAP, PATCHER, SITES]
         );
+    }
+
+    /// The kernel-only files are exactly the mutated files `textpoke-core` does not include
+    /// (tools/core/src/lib.rs), and their mutants are allowed, naming no host killer.
+    #[test]
+    fn kernel_only_files_are_those_the_host_crate_lacks() {
+        let lib = source("tools/core/src/lib.rs");
+        let host: Vec<String> = crate::workspace::path_attributes(&lib)
+            .iter()
+            .map(|p| p.trim_start_matches("../").to_owned())
+            .collect();
+        assert!(host.iter().any(|f| f == PLAN), "{host:?}");
+        for file in files(MUTANTS) {
+            assert_eq!(
+                kernel_only(file),
+                !host.iter().any(|f| f == file),
+                "{file}: kernel-only, or included by textpoke-core"
+            );
+        }
+        for m in MUTANTS.iter().filter(|m| kernel_only(m.file)) {
+            assert!(
+                m.killers.is_empty() && m.allowed.is_some(),
+                "{}: a kernel-only mutant is allowed, with what catches it",
+                m.name
+            );
+        }
     }
 }
