@@ -11,7 +11,7 @@
 # always the summary's `N passed, M failed`.
 #
 # 1. host: the workspace's tests (codecs, table, planner, model, record codec, installer,
-#    runner, agent), loom on the pending table, its scripted mutants, a short fuzz run of every
+#    runner, agent), loom on the pending table, the scripted mutants, a short fuzz run of every
 #    target, clippy and rustfmt;
 # 2. meanwhile, in the foreground: kernels, checkpatch on the kernel patch series, `make
 #    CLIPPY=1` of the modules (production and debug builds) per arch, and the guests. The host
@@ -75,8 +75,8 @@ host_lane() {
 	# `loom explored N interleavings` ends that line.
 	sed -nE 's/^test ([^ ]+) \.\.\. (loom explored [0-9]+ interleavings)$/\2 of \1/p' "$out/loom.log"
 
-	step "host: mutants of the pending table and the x86 RET policy must be caught"
-	check mutants "the pending table's mutants" -- \
+	step "host: the mutants of the shared source must be caught"
+	check mutants "the mutants" -- \
 		env CARGO_TARGET_DIR="$build/cargo-host" cargo run --quiet --release -p textpoke-mutants -- \
 		--target-dir "$build/cargo-mutants"
 	tail -n 1 "$out/mutants.log"

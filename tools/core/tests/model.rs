@@ -114,6 +114,37 @@ fn guarded_is_clean_on_random_walks_8_cpus_16_sites() {
     }
 }
 
+/// Retargeting: a jump or call to another target keeps its first byte (x86 opcode; arm64, here,
+/// the low byte of the offset) and changes the rest, as static calls and ftrace retarget theirs.
+/// Such a change is made like any other, and is clean.
+#[test]
+fn retargeted_branches_are_clean_exhaustively() {
+    const JMP32_ELSEWHERE: [u8; 5] = [0xe9, 0x10, 0x01, 0x00, 0x00];
+    const CALL_ELSEWHERE: [u8; 5] = [0xe8, 0x20, 0x02, 0x00, 0x00];
+    for (arch, sites) in [
+        (
+            Arch::X86,
+            vec![
+                change(&JMP32, &JMP32_ELSEWHERE),
+                change(&CALL, &CALL_ELSEWHERE),
+            ],
+        ),
+        (
+            Arch::Arm64,
+            vec![
+                change(&arm(ARM_B), &arm(ARM_B | 0x100)),
+                change(&arm(ARM_BL), &arm(ARM_BL | 0x100)),
+            ],
+        ),
+    ] {
+        assert!(sites.iter().all(|c| c.old.head() == c.new.head()));
+        let r = exhaustive(&Batch::new(arch, GUARDED, sites), 3);
+        show(&format!("{arch:?} retargeted 3x2"), &r);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(r.old > 0 && r.new > 0 && r.trapped > 0);
+    }
+}
+
 /// A write of the plan that fails, at every write of it, in every interleaving: the planner's
 /// recovery leaves every site whole and as its record says, with no execution breaking the
 /// invariant meanwhile.

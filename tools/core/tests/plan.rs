@@ -2,7 +2,7 @@
 //! the BEFORE/AFTER ablation.
 
 use textpoke_core::insn::InsnBytes;
-use textpoke_core::plan::{Arch, Change, Cost, Plan, Protocol, Step};
+use textpoke_core::plan::{Arch, Change, Cost, Plan, Protocol, Recovery, Repair, Step, Stranded};
 use Step::*;
 
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
@@ -425,5 +425,154 @@ fn before_after_has_the_documented_shape() {
             EmitAfter(0),
             Retire
         ]
+    );
+}
+
+/// A change whose old and new instruction share their first byte is a change all the same:
+/// retargeting a jump (what static calls and ftrace do) rewrites only its displacement, behind a
+/// guard like any other, with its record.
+#[test]
+fn a_retargeted_jump_is_planned_although_only_its_tail_changes() {
+    const JMP32_ELSEWHERE: [u8; 5] = [0xe9, 0x40, 0x00, 0x00, 0x00];
+    assert_eq!(
+        plan(Arch::X86, &[change(&JMP32, &JMP32_ELSEWHERE)]),
+        [
+            Publish,
+            WriteGuard(0),
+            Sync,
+            WriteTail(0),
+            Emit(0),
+            Sync,
+            WriteHead(0),
+            Sync,
+            Retire
+        ]
+    );
+    // arm64: `B` to another target, whose first byte in memory may well be the same.
+    let b_elsewhere = 0x1400_0104u32.to_le_bytes();
+    assert_eq!(ARM_B[0], b_elsewhere[0]);
+    assert_eq!(
+        plan(Arch::Arm64, &[change(&ARM_B, &b_elsewhere)]),
+        [
+            Publish,
+            WriteGuard(0),
+            Sync,
+            Emit(0),
+            WriteHead(0),
+            Sync,
+            Retire
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery of a commit whose write failed: exact repairs for stranded sites, so that each of
+// its rules (the target, tails before heads, the syncs) has a test of its own; the model
+// (`failed_writes_recover_cleanly_exhaustively`) checks the executions meanwhile.
+
+fn repairs(arch: Arch, changes: &[Change], sites: &[Stranded]) -> Vec<Repair> {
+    Recovery::new(arch, changes, sites).collect()
+}
+
+/// A site goes to its new instruction if its record went out, to its old one otherwise.
+#[test]
+fn recovery_targets_what_the_record_says() {
+    let c = change(&NOP5, &JMP32);
+    let recorded = Stranded {
+        guarded: true,
+        recorded: true,
+        ..Stranded::default()
+    };
+    let unrecorded = Stranded {
+        recorded: false,
+        ..recorded
+    };
+    assert_eq!(recorded.target(&c), c.new);
+    assert_eq!(unrecorded.target(&c), c.old);
+}
+
+/// x86, the write of site 1's new tail failed: site 0 holds the guard and the new tail, site 1
+/// the guard and its old tail, neither recorded. Both go back to their old instruction: site
+/// 0's old tail first, while every guard stands, then a sync, then the heads, then a sync.
+#[test]
+fn recovery_writes_tails_then_syncs_then_heads() {
+    let changes = [change(&NOP5, &JMP32), change(&JMP32, &NOP5)];
+    let sites = [
+        Stranded {
+            guarded: true,
+            recorded: false,
+            tail_done: false,
+            tail_written: true,
+        },
+        Stranded {
+            guarded: true,
+            recorded: false,
+            tail_done: true,
+            tail_written: false,
+        },
+    ];
+    assert_eq!(
+        repairs(Arch::X86, &changes, &sites),
+        [
+            Repair::Tail(0),
+            Repair::Sync,
+            Repair::Head(0),
+            Repair::Head(1),
+            Repair::Sync
+        ]
+    );
+    // A site without the guard is whole already.
+    let whole = [Stranded::default(), sites[1]];
+    assert_eq!(
+        repairs(Arch::X86, &changes, &whole),
+        [Repair::Head(1), Repair::Sync]
+    );
+    // arm64 has no tails: the guard is the whole instruction, and nothing is behind it.
+    let arm64 = [change(&ARM_NOP, &ARM_B), change(&ARM_B, &ARM_NOP)];
+    let guarded = Stranded {
+        guarded: true,
+        tail_done: true,
+        ..Stranded::default()
+    };
+    assert_eq!(
+        repairs(Arch::Arm64, &arm64, &[guarded, guarded]),
+        [Repair::Head(0), Repair::Head(1), Repair::Sync]
+    );
+    assert_eq!(repairs(Arch::X86, &changes, &[]), []);
+}
+
+/// x86: a site behind whose guard the plan wrote the new tail, recorded, so that no tail is
+/// left to write. Recovery cannot tell from the text whether the plan's own sync after the
+/// tails ran before the failure, so it syncs before the head all the same: a CPU that still
+/// holds the old tail must not see it behind the new first byte. (Under the guarded plan that
+/// sync did run whenever a site is stranded so, which is why the model cannot see this rule
+/// broken; without that sync, as in `Protocol::HeadBeforeTailSync`, it is the only one.)
+#[test]
+fn recovery_syncs_before_heads_behind_tails_the_plan_wrote() {
+    let changes = [change(&NOP5, &JMP32), change(&JMP32, &NOP5)];
+    let sites = [
+        Stranded::default(),
+        Stranded {
+            guarded: true,
+            recorded: true,
+            tail_done: true,
+            tail_written: true,
+        },
+    ];
+    assert_eq!(
+        repairs(Arch::X86, &changes, &sites),
+        [Repair::Sync, Repair::Head(1), Repair::Sync]
+    );
+    // Nothing written behind any guard: no sync before the heads.
+    let untouched = [
+        Stranded::default(),
+        Stranded {
+            tail_written: false,
+            ..sites[1]
+        },
+    ];
+    assert_eq!(
+        repairs(Arch::X86, &changes, &untouched),
+        [Repair::Head(1), Repair::Sync]
     );
 }

@@ -18,11 +18,27 @@ pub enum Kind {
     Stress,
     /// `tests/x86_insn.rs`: the x86-64 codec, emulation and listing policy.
     X86Insn,
+    /// `tests/arm64_insn.rs`: the arm64 codec, emulation and acceptance.
+    Arm64Insn,
+    /// `tests/plan.rs`: the step planner's exact plans and its recovery.
+    Plan,
+    /// `tests/model.rs`: the SMP instruction-cache model run against the planner.
+    Model,
+    /// `tests/record.rs`: the `PERF_RECORD_TEXT_POKE` writer, against golden records.
+    Record,
 }
 
 impl Kind {
     /// Every kind, in the order they run.
-    pub const ALL: [Kind; 3] = [Kind::Loom, Kind::Stress, Kind::X86Insn];
+    pub const ALL: [Kind; 7] = [
+        Kind::Loom,
+        Kind::Stress,
+        Kind::X86Insn,
+        Kind::Arm64Insn,
+        Kind::Plan,
+        Kind::Model,
+        Kind::Record,
+    ];
 
     /// The prefix of this kind's test names (`loom:...`).
     pub fn name(self) -> &'static str {
@@ -30,6 +46,10 @@ impl Kind {
             Kind::Loom => "loom",
             Kind::Stress => "stress",
             Kind::X86Insn => "x86_insn",
+            Kind::Arm64Insn => "arm64_insn",
+            Kind::Plan => "plan",
+            Kind::Model => "model",
+            Kind::Record => "record",
         }
     }
 
@@ -44,6 +64,10 @@ impl Kind {
             Kind::Loom => "pending_loom",
             Kind::Stress => "pending",
             Kind::X86Insn => "x86_insn",
+            Kind::Arm64Insn => "arm64_insn",
+            Kind::Plan => "plan",
+            Kind::Model => "model",
+            Kind::Record => "record",
         }
     }
 

@@ -1,21 +1,26 @@
-//! `textpoke-mutants`: mutation testing of the kernel module's shared source: the
-//! pending-instruction table (`kernel/pending.rs`) and the x86-64 listing policy
-//! (`arch/x86/insn.rs`).
+//! `textpoke-mutants`: mutation testing of the kernel module's source: the pending-instruction
+//! table (`kernel/pending.rs`), the step planner and its recovery (`kernel/plan.rs`), both
+//! instruction codecs with their emulation and acceptance (`arch/*/insn.rs`) and the record
+//! writer (`kernel/record.rs`), all shared with the host crate; and, listed but never built
+//! here, mutants of the kernel-only files ([`mutants::KERNEL_ONLY`]), each allowed with the
+//! guest check of `make test` that catches it.
 //!
 //! Copies the workspace into a fresh directory, runs the killing tests on the unmutated copy
 //! (the baseline, which must pass), then applies each mutant of [`mutants::MUTANTS`] in turn to
-//! the file it names, requires a test to fail, and restores that file before the next mutant:
-//! the tests are loom (`tools/core/tests/pending_loom.rs` under `--cfg loom`), the unit and
-//! stress tests of the table (`tools/core/tests/pending.rs`) and the x86-64 codec's host tests
-//! (`tools/core/tests/x86_insn.rs`), named `loom:NAME`, `stress:NAME` and `x86_insn:NAME`.
+//! the file it names, requires a test to fail, and restores that file before the next mutant.
+//! The tests are `textpoke-core`'s, named `KIND:NAME`: loom (`tools/core/tests/pending_loom.rs`
+//! under `--cfg loom`, kind `loom`), the table's unit and stress tests (`pending.rs`, `stress`),
+//! and the host tests `x86_insn`, `arm64_insn`, `plan`, `model` and `record` (the file of each
+//! name under `tools/core/tests/`).
 //!
 //! ```text
 //! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]
 //!                  [--offline] [--keep]
 //! ```
 //!
-//! - default (`make test`): every mutant against the cheap loom tests (all but
-//!   [`EXPENSIVE`]) plus the mutant's own listed killers, stopping at its first kill;
+//! - default (`make test`): every mutant against its own listed killers, and a mutant of the
+//!   table also against the cheap loom tests (all but [`EXPENSIVE`]), stopping at its first
+//!   kill;
 //! - `--full`: every mutant against every test of every kind, listing every killer.
 //!
 //! The copy is made afresh in `DIR/work` (`DIR` is `--target-dir`, by default
@@ -27,10 +32,12 @@
 //! only if a hang is that mutant's expected failure mode ([`mutants::Mutant::hang_kills`]), and
 //! is otherwise inconclusive, which fails the run.
 //!
-//! Prints one line per mutant and ends with `N mutants: K killed, S survived (allowed: A)`.
-//! Exits 1 if a mutant survives that is not an allowed survivor (or hangs a test when a hang is
-//! not its expected failure mode, or does not build), 2 if the baseline fails or on any other
-//! error.
+//! Prints one line per mutant, the reasons of the allowed ones, a kill table (per file: its
+//! mutants, killed, allowed survivors, kernel-only, failed) and ends with the summary
+//! `N mutants: K killed, S survived (allowed: A)`, followed by `, G kernel-only (allowed, not
+//! run)` when there are any. Exits 1 if a mutant survives that is not an allowed survivor (or
+//! hangs a test when a hang is not its expected failure mode, or does not build), 2 if the
+//! baseline fails or on any other error.
 
 mod exec;
 mod mutants;
@@ -121,10 +128,16 @@ fn split_test(test: &str) -> Result<(Kind, &str), String> {
     ))
 }
 
-/// Whether the reduced mode runs test `id` (`kind:name`) against every mutant: the loom tests
-/// but [`EXPENSIVE`]. Any other test runs only against the mutants that list it as a killer.
+/// Whether the reduced mode runs test `id` (`kind:name`) against every mutant of the pending
+/// table: the loom tests but [`EXPENSIVE`]. Any other test runs only against the mutants that
+/// list it as a killer (the loom tests exercise nothing but the table).
 fn runs_against_all(kind: Kind, id: &str) -> bool {
     kind == Kind::Loom && !EXPENSIVE.contains(&id)
+}
+
+/// Whether the reduced mode runs the tests of [`runs_against_all`] against `m`.
+fn gets_the_common_tests(m: &Mutant) -> bool {
+    m.file == mutants::PENDING
 }
 
 /// What the run does to each mutant.
@@ -138,7 +151,8 @@ struct Plan<'a> {
 impl Plan<'_> {
     /// The tests to run against `m`: grouped by kind (one build each), the kind of its first
     /// listed killer first, and within a kind its listed killers first; then, in the reduced
-    /// mode, only the tests run against every mutant, in the full mode all the run's tests.
+    /// mode, only the tests run against every mutant of the pending table (if `m` is one), in
+    /// the full mode all the run's tests.
     fn tests_for(&self, m: &Mutant) -> Vec<(Kind, String)> {
         let killers: Vec<(Kind, &str)> = m
             .killers
@@ -163,7 +177,9 @@ impl Plan<'_> {
                 .map(|(_, n)| *n)
                 .chain(
                     all.iter()
-                        .filter(|id| self.full || runs_against_all(kind, id))
+                        .filter(|id| {
+                            self.full || (gets_the_common_tests(m) && runs_against_all(kind, id))
+                        })
                         .filter_map(|id| split_test(id).ok().map(|(_, n)| n)),
                 );
             for name in names {
@@ -185,6 +201,8 @@ enum Fate {
     Inconclusive(String),
     /// The mutant did not apply or build.
     Error(String),
+    /// Not run: its file is compiled into the kernel module only (an allowed mutant).
+    KernelOnly,
 }
 
 /// A file of the copy that holds a mutant's text until [`Mutated::restore`] writes its original
@@ -343,6 +361,9 @@ fn real_main() -> Result<ExitCode, String> {
     if o.list {
         for m in MUTANTS {
             let fate = match m.allowed {
+                Some(_) if mutants::kernel_only(m.file) => {
+                    "kernel-only: allowed, not run".to_owned()
+                }
                 Some(_) => "allowed to survive".to_owned(),
                 None => format!("killers: {}", m.killers.join(", ")),
             };
@@ -365,6 +386,26 @@ fn real_main() -> Result<ExitCode, String> {
         v
     };
     let started = Instant::now();
+    // The mutants of files the host crate does not compile cannot be built here: each must
+    // still apply to the repository's source, and be allowed, with the guest check that
+    // catches it as its reason.
+    let (host, kernel): (Vec<&Mutant>, Vec<&Mutant>) = selected
+        .iter()
+        .copied()
+        .partition(|m| !mutants::kernel_only(m.file));
+    for m in &kernel {
+        if m.allowed.is_none() || !m.killers.is_empty() {
+            return Err(format!(
+                "mutant {} of {}, which only the kernel module compiles, must be allowed (with \
+                 what catches it in the guest) and name no host killer",
+                m.name, m.file
+            ));
+        }
+        let path = o.root.join(m.file);
+        let text =
+            fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        mutants::apply(m, &text)?;
+    }
 
     // One run at a time per target directory: the copy and the logs live beside the builds.
     fs::create_dir_all(&o.target_base)
@@ -380,7 +421,15 @@ fn real_main() -> Result<ExitCode, String> {
     }
     fs::create_dir_all(&logs).map_err(|e| format!("create {}: {e}", logs.display()))?;
     let copied = workspace::copy(&o.root, &work)?;
-    let files = mutants::files(selected.iter().copied());
+    for file in mutants::files(kernel.iter().copied()) {
+        if copied.contains(Path::new(file)) {
+            return Err(format!(
+                "{file} is listed as kernel-only, but the host crate compiles it now: give its \
+                 mutants host killers (tools/mutants/src/mutants.rs)"
+            ));
+        }
+    }
+    let files = mutants::files(host.iter().copied());
     let mut originals = BTreeMap::new();
     for file in &files {
         if !copied.contains(Path::new(file)) {
@@ -390,7 +439,7 @@ fn real_main() -> Result<ExitCode, String> {
         originals.insert(*file, text);
     }
     // Every selected mutant must apply before anything is built.
-    for m in &selected {
+    for m in &host {
         let original = originals
             .get(m.file)
             .ok_or(format!("mutant {}: {} was not read", m.name, m.file))?;
@@ -400,7 +449,7 @@ fn real_main() -> Result<ExitCode, String> {
         "textpoke-mutants: {} mode, {} mutants of {}; copy in {}, builds in {}",
         if o.full { "full" } else { "reduced" },
         selected.len(),
-        files.join(", "),
+        mutants::files(selected.iter().copied()).join(", "),
         work.display(),
         o.target_base.display()
     );
@@ -418,11 +467,14 @@ fn real_main() -> Result<ExitCode, String> {
     };
 
     // Baseline: build each kind the run needs, list its tests, run them unmutated.
-    let mut kinds: Vec<Kind> = vec![Kind::Loom];
-    if o.full {
-        kinds = Kind::ALL.to_vec();
-    }
-    for m in &selected {
+    let mut kinds: Vec<Kind> = if o.full {
+        Kind::ALL.to_vec()
+    } else if host.iter().any(|m| gets_the_common_tests(m)) {
+        vec![Kind::Loom]
+    } else {
+        Vec::new()
+    };
+    for m in &host {
         for k in m.killers {
             let (kind, _) = split_test(k)?;
             if !kinds.contains(&kind) {
@@ -431,7 +483,7 @@ fn real_main() -> Result<ExitCode, String> {
         }
     }
     let mut plan = Plan {
-        mutants: selected,
+        mutants: host,
         tests: BTreeMap::new(),
         full: o.full,
     };
@@ -483,7 +535,7 @@ fn real_main() -> Result<ExitCode, String> {
                 .insert(id.clone(), (took * LIMIT_FACTOR).max(MIN_LIMIT));
         }
         println!(
-            "baseline {:<6} {passed} of {} tests pass unmutated (build {:.1} s, tests {:.1} s)",
+            "baseline {:<10} {passed} of {} tests pass unmutated (build {:.1} s, tests {:.1} s)",
             kind.name(),
             chosen.len(),
             built_in.as_secs_f64(),
@@ -499,15 +551,15 @@ fn real_main() -> Result<ExitCode, String> {
     }
 
     println!("{:<26} {:<62} {:>7}  fate", "mutant", "change", "time");
-    let (mut killed, mut survived, mut allowed, mut failures) = (0, 0, 0, 0);
+    let mut tally = Tally::new(&selected);
     let mut notes = Vec::new();
     for m in plan.mutants.clone() {
         let t = Instant::now();
         let fate = run.mutant(&plan, m)?;
         let took = t.elapsed().as_secs_f64();
+        tally.count(m, &fate);
         let line = match &fate {
             Fate::Killed(by) => {
-                killed += 1;
                 if let Some(why) = m.allowed {
                     notes.push(format!(
                         "note: {} is on the allow-list ({why}) but was killed: revisit it",
@@ -518,29 +570,23 @@ fn real_main() -> Result<ExitCode, String> {
                 let first = by.first().map(|(_, w)| w.as_str()).unwrap_or("");
                 format!("killed by {} ({})", names.join(", "), shorten(first, 60))
             }
-            Fate::Survived => {
-                survived += 1;
-                if m.allowed.is_some() {
-                    allowed += 1;
-                    "SURVIVED (allowed)".to_owned()
-                } else {
-                    failures += 1;
-                    "SURVIVED".to_owned()
-                }
-            }
-            Fate::Inconclusive(why) => {
-                survived += 1;
-                failures += 1;
-                format!("INCONCLUSIVE: {why}")
-            }
+            Fate::Survived if m.allowed.is_some() => "SURVIVED (allowed)".to_owned(),
+            Fate::Survived => "SURVIVED".to_owned(),
+            Fate::Inconclusive(why) => format!("INCONCLUSIVE: {why}"),
             Fate::Error(e) => {
-                survived += 1;
-                failures += 1;
                 notes.push(format!("{}: {e}", m.name));
                 "ERROR (see below)".to_owned()
             }
+            Fate::KernelOnly => "kernel-only: not run (allowed)".to_owned(),
         };
         println!("{:<26} {:<62} {took:>6.1}s  {line}", m.name, m.what);
+    }
+    for m in &kernel {
+        tally.count(m, &Fate::KernelOnly);
+        println!(
+            "{:<26} {:<62} {:>7}  kernel-only: not run (allowed)",
+            m.name, m.what, "-"
+        );
     }
     // Each mutant restored its file: check that the copy ends as it began.
     for (file, original) in &run.originals {
@@ -552,9 +598,13 @@ fn real_main() -> Result<ExitCode, String> {
         }
     }
 
-    for m in &plan.mutants {
-        if let Some(why) = m.allowed {
-            println!("allowed survivor {}: {why}", m.name);
+    for m in &selected {
+        match m.allowed {
+            Some(why) if mutants::kernel_only(m.file) => {
+                println!("kernel-only {}: {why}", m.name)
+            }
+            Some(why) => println!("allowed survivor {}: {why}", m.name),
+            None => {}
         }
     }
     for n in &notes {
@@ -568,15 +618,123 @@ fn real_main() -> Result<ExitCode, String> {
         logs.display(),
         started.elapsed().as_secs_f64()
     );
-    println!(
-        "{} mutants: {killed} killed, {survived} survived (allowed: {allowed})",
-        plan.mutants.len()
-    );
-    Ok(if failures == 0 {
+    // The table, then the summary, last (tools/test.sh prints the log's last line).
+    for line in tally.table() {
+        println!("{line}");
+    }
+    println!("{}", tally.summary());
+    Ok(if tally.failures() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The fates of one file's mutants.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+struct Counts {
+    mutants: usize,
+    killed: usize,
+    /// Ran, and survived as allowed.
+    allowed: usize,
+    /// Not run: the file is the kernel module's only; allowed with the guest check that
+    /// catches it.
+    kernel_only: usize,
+    /// Survived without being allowed, hung where a hang is not the expected failure mode, or
+    /// did not apply or build.
+    failed: usize,
+}
+
+/// The fates of the run's mutants, per file, in the order the files first come.
+struct Tally {
+    files: Vec<(&'static str, Counts)>,
+}
+
+impl Tally {
+    fn new(mutants: &[&Mutant]) -> Self {
+        Tally {
+            files: mutants::files(mutants.iter().copied())
+                .into_iter()
+                .map(|f| (f, Counts::default()))
+                .collect(),
+        }
+    }
+
+    fn count(&mut self, m: &Mutant, fate: &Fate) {
+        let Some((_, c)) = self.files.iter_mut().find(|(f, _)| *f == m.file) else {
+            return;
+        };
+        c.mutants += 1;
+        match fate {
+            Fate::Killed(_) => c.killed += 1,
+            Fate::Survived if m.allowed.is_some() => c.allowed += 1,
+            Fate::KernelOnly => c.kernel_only += 1,
+            Fate::Survived | Fate::Inconclusive(_) | Fate::Error(_) => c.failed += 1,
+        }
+    }
+
+    fn total(&self) -> Counts {
+        self.files
+            .iter()
+            .fold(Counts::default(), |t, (_, c)| Counts {
+                mutants: t.mutants + c.mutants,
+                killed: t.killed + c.killed,
+                allowed: t.allowed + c.allowed,
+                kernel_only: t.kernel_only + c.kernel_only,
+                failed: t.failed + c.failed,
+            })
+    }
+
+    fn failures(&self) -> usize {
+        self.total().failed
+    }
+
+    /// The per-file kill table, a line per file and one for the total.
+    fn table(&self) -> Vec<String> {
+        let row = |file: &str, c: &Counts| {
+            let rate = if c.kernel_only == c.mutants && c.mutants > 0 {
+                "kernel-only, not run".to_owned()
+            } else {
+                let ran = c.mutants - c.kernel_only;
+                format!(
+                    "{:.0}% of {ran} run",
+                    100.0 * c.killed as f64 / ran.max(1) as f64
+                )
+            };
+            format!(
+                "{file:<20} {:>7} {:>7} {:>8} {:>12} {:>7}  {rate}",
+                c.mutants, c.killed, c.allowed, c.kernel_only, c.failed
+            )
+        };
+        let mut out = vec![format!(
+            "{:<20} {:>7} {:>7} {:>8} {:>12} {:>7}  kill rate",
+            "file", "mutants", "killed", "allowed", "kernel-only", "failed"
+        )];
+        out.extend(self.files.iter().map(|(f, c)| row(f, c)));
+        out.push(row("all", &self.total()));
+        out
+    }
+
+    /// The run's last line: `N mutants: K killed, S survived (allowed: A)`, then, if any, the
+    /// kernel-only mutants, allowed and not run.
+    fn summary(&self) -> String {
+        let t = self.total();
+        let ran = t.mutants - t.kernel_only;
+        let mut line = format!(
+            "{} mutants: {} killed, {} survived (allowed: {})",
+            t.mutants,
+            t.killed,
+            ran - t.killed,
+            t.allowed
+        );
+        if t.kernel_only > 0 {
+            line.push_str(&format!(
+                ", {} kernel-only (allowed, not run)",
+                t.kernel_only
+            ));
+        }
+        line
+    }
 }
 
 #[cfg(test)]
@@ -630,7 +788,7 @@ mod tests {
 
     #[test]
     fn reduced_mode_runs_other_mutants_killers_only_against_them() {
-        let pending = MUTANTS.iter().find(|m| m.file == mutants::PENDING).unwrap();
+        let pending = MUTANTS.iter().find(|m| m.name == "find-by-range").unwrap();
         let insn = MUTANTS
             .iter()
             .find(|m| m.file == mutants::X86_INSN)
@@ -642,6 +800,10 @@ mod tests {
                 "loom:lookup_never_reads_retired_storage".to_owned(),
                 EXPENSIVE[0].to_owned(),
             ],
+        );
+        tests.insert(
+            Kind::Stress,
+            vec!["stress:finds_exactly_the_published_sites_while_in_flight".to_owned()],
         );
         tests.insert(
             Kind::X86Insn,
@@ -658,17 +820,71 @@ mod tests {
                 .map(|(k, n)| format!("{}:{n}", k.name()))
                 .collect()
         };
+        // The loom tests only see the table: they run against its mutants alone.
         assert_eq!(
             ids(&plan, insn),
+            ["x86_insn:return_thunks_take_ret_off_the_list"]
+        );
+        // A mutant of the table: its killers, then the cheap loom tests.
+        assert_eq!(
+            ids(&plan, pending),
             [
-                "x86_insn:return_thunks_take_ret_off_the_list",
+                "stress:finds_exactly_the_published_sites_while_in_flight",
                 "loom:lookup_never_reads_retired_storage"
             ]
         );
-        assert!(!ids(&plan, pending)
-            .iter()
-            .any(|t| t.starts_with("x86_insn:")));
         plan.full = true;
-        assert_eq!(ids(&plan, pending).len(), 3);
+        assert_eq!(ids(&plan, pending).len(), 4);
+        assert_eq!(ids(&plan, insn).len(), 4);
+    }
+
+    #[test]
+    fn the_table_counts_each_files_fates_and_the_summary_ends_the_run() {
+        let pending: Vec<&Mutant> = MUTANTS
+            .iter()
+            .filter(|m| m.file == mutants::PENDING)
+            .take(2)
+            .collect();
+        let kernel = MUTANTS
+            .iter()
+            .find(|m| mutants::kernel_only(m.file))
+            .unwrap();
+        let mut all = pending.clone();
+        all.push(kernel);
+        let mut tally = Tally::new(&all);
+        tally.count(pending[0], &Fate::Killed(vec![]));
+        tally.count(pending[1], &Fate::Survived);
+        tally.count(kernel, &Fate::KernelOnly);
+        assert_eq!(
+            tally.files,
+            [
+                (
+                    mutants::PENDING,
+                    Counts {
+                        mutants: 2,
+                        killed: 1,
+                        failed: 1,
+                        ..Counts::default()
+                    }
+                ),
+                (
+                    kernel.file,
+                    Counts {
+                        mutants: 1,
+                        kernel_only: 1,
+                        ..Counts::default()
+                    }
+                )
+            ]
+        );
+        assert_eq!(tally.failures(), 1);
+        let table = tally.table();
+        assert_eq!(table.len(), 4);
+        assert!(table[1].starts_with("kernel/pending.rs") && table[1].ends_with("50% of 2 run"));
+        assert!(table[2].ends_with("kernel-only, not run"), "{}", table[2]);
+        assert_eq!(
+            tally.summary(),
+            "3 mutants: 1 killed, 1 survived (allowed: 0), 1 kernel-only (allowed, not run)"
+        );
     }
 }

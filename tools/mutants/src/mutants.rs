@@ -1,15 +1,43 @@
-//! The mutants, each a weakening of one file of the kernel module's shared source, and how one
-//! is applied to that file's text.
+//! The mutants, each a weakening of one file of the kernel module's source, and how one is
+//! applied to that file's text.
 //!
 //! Each mutant names the file it edits ([`Mutant::file`], relative to the repository root) and
 //! lists exact text replacements in its current source. A replacement whose text does not occur
 //! exactly once (at the moment it is applied) is an error naming the mutant and its file: a later
 //! edit of that file must update the table, never silently turn a mutant into a no-op.
+//!
+//! Most files are shared with the host crate `textpoke-core`, and their mutants name host tests
+//! that kill them. The files of [`KERNEL_ONLY`] only the kernel module compiles: their mutants
+//! are allowed, each with the check of `make test`'s guests that catches it (or, where none
+//! does, what would), and are applied to the source only to keep their text current.
 
-/// The pending-instruction table, the file of most mutants.
+/// The pending-instruction table.
 pub const PENDING: &str = "kernel/pending.rs";
-/// The x86-64 instruction codec and its listing policy.
+/// The x86-64 instruction codec, its emulation and its listing policy.
 pub const X86_INSN: &str = "arch/x86/insn.rs";
+/// The arm64 instruction codec and its emulation.
+pub const ARM64_INSN: &str = "arch/arm64/insn.rs";
+/// The step planner and the recovery of a failed commit.
+pub const PLAN: &str = "kernel/plan.rs";
+/// The `PERF_RECORD_TEXT_POKE` writer.
+pub const RECORD: &str = "kernel/record.rs";
+/// A batch's executor: the plan's steps run with real primitives (kernel-only).
+pub const BATCH: &str = "kernel/batch.rs";
+/// The trap handler (kernel-only).
+pub const TRAP: &str = "kernel/trap.rs";
+/// textpoke as the kernel's own patcher (kernel-only).
+pub const PATCHER: &str = "kernel/patcher.rs";
+/// The registry of sites (kernel-only).
+pub const SITES: &str = "kernel/sites.rs";
+
+/// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
+/// host test can run them, so their mutants are never built here.
+pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES];
+
+/// Whether `file` is compiled into the kernel module only.
+pub fn kernel_only(file: &str) -> bool {
+    KERNEL_ONLY.contains(&file)
+}
 
 /// One deliberate weakening of the source.
 pub struct Mutant {
@@ -29,7 +57,8 @@ pub struct Mutant {
     /// expected failure mode, and so counts as a kill. Otherwise a hang is inconclusive and
     /// fails the run.
     pub hang_kills: bool,
-    /// For a mutant allowed to survive: why it is harmless.
+    /// For a mutant allowed to survive: why it is harmless, or, for a mutant of a
+    /// [`KERNEL_ONLY`] file, which check of `make test` catches it (or what would).
     pub allowed: Option<&'static str>,
 }
 
@@ -94,6 +123,87 @@ const RETIRE_FENCE_THEN_FREE: &str = "        slot.state.store(RETIRING, Orderin
 // The snippet of `arch/x86/insn.rs`: the body of `Kind::listed_with`, the return-thunk policy.
 // Without it a bare `RET` would be written on a kernel built with `CONFIG_MITIGATION_RETHUNK`.
 const LISTED_WITH: &str = "!(return_thunks && matches!(self, Kind::Ret))";
+
+// The snippets of `kernel/plan.rs`.
+
+/// The guard sync: after every guard, before any tail or record.
+const PLAN_GUARD_SYNC: &str = "if self.wrote_guard {";
+/// The tail sync (x86): after the tails, before any head.
+const PLAN_TAIL_SYNC: &str =
+    "if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {";
+/// The head sync: after the heads, before the batch retires.
+const PLAN_HEAD_SYNC: &str = "self.enter(Phase::Retire);
+                    if self.wrote_head {";
+/// What makes a change no change.
+const PLAN_IS_NOOP: &str = "        self.old == self.new\n";
+/// The section a change belongs to: the parked one or the guarded one.
+const PLAN_SECTION: &str = "if !change.is_noop() && change.parked == parked {";
+/// Whether the batch opens a parked section.
+const PLAN_PARK: &str = ".any(|c| c.parked && !c.is_noop())";
+/// The broken protocol's records before the guard sync, and its way past the records phase.
+const PLAN_RECORDS_EARLY: &str = "if self.protocol == Protocol::RecordBeforeGuardSync {
+                        // The broken order";
+const PLAN_RECORDS_SKIPPED: &str =
+    "None => self.enter(if self.protocol == Protocol::RecordBeforeGuardSync {";
+/// A stranded site's target.
+const RECOVERY_TARGET: &str = "        if self.recorded {\n";
+/// Recovery's sync between the tails and the heads.
+const RECOVERY_TAIL_SYNC: &str = "if core::mem::take(&mut self.wrote) || stale {";
+/// Recovery's order of phases: tails, their sync, heads, their sync.
+const RECOVERY_FIRST: &str = "phase: RecoveryPhase::Tails,";
+const RECOVERY_AFTER_TAILS: &str = "self.enter(RecoveryPhase::Heads);";
+const RECOVERY_AFTER_HEADS: &str = "self.enter(RecoveryPhase::Done);";
+
+// The snippets of `arch/x86/insn.rs`: emulation and decoding.
+
+const X86_CALL_PUSH: &str = "stack.write_u64(sp, end_of(site, REL32_LEN));";
+const X86_CALL_JUMP: &str = "regs.set_ip(target);";
+const X86_REL8_SIGN: &str = "branch_target(site, REL8_LEN, i64::from(rel))";
+const X86_REL32_SIGN: &str = "i64::from(i32::from_le_bytes(rel))";
+const X86_RET_PADDING: &str = "rest.iter().any(|&b| b != GUARD)";
+const X86_NOP2: &str = "if matches_fixed(bytes, &NOP2_BYTES)? {";
+
+// The snippets of `arch/arm64/insn.rs`.
+
+const ARM64_BL_LINK: &str = "                regs.set_x(LR, next);\n";
+const ARM64_MOV: &str = "regs.set_x(X9, regs.x(LR));";
+const ARM64_IMM26: &str = "let offset = (((word & IMM26_MASK) << 6) as i32) >> 4;";
+const ARM64_RET: &str = "RET => Ok(Insn::Ret),";
+const ARM64_BRK_UNLISTED: &str = "Insn::Brk { .. } => None,";
+
+// The snippets of `kernel/record.rs`.
+
+const RECORD_BYTES: &str = "        w.put(old)?;\n        w.put(new)?;\n";
+const RECORD_PADDED: &str = "let padded = tot.checked_add(7)? & !7;";
+const RECORD_PAD: &str = "        w.zeros(pad)?;\n";
+
+// More snippets of `kernel/pending.rs`: the search of a slot and the overlap of two batches.
+
+const FIND_EXACT: &str = "let i = entries.binary_search_by(|e| e.addr().cmp(&addr)).ok()?;";
+const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
+
+// The snippets of the kernel-only files, for the allowed mutants below.
+
+const BATCH_SYNC: &str = "Step::Sync => {\n                    self.text.sync(This::sync_all);";
+const BATCH_TEXT_CHECK: &str = "        self.check_text()?;\n";
+const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
+            if s.guarded {
+                self.engine.replaced.record(e.addr);
+            }
+        }
+";
+const TRAP_FOREIGN: &str = "        return false;\n    }\n    let mut now";
+const TRAP_COUNT: &str = "        engine.stats.count_trap(cpu, This::kind(&insn), kernel);\n";
+const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
+const PATCHER_PUSH: &str = "        if q.entries.push(entry, GFP_KERNEL).is_err() {";
+const PATCHER_MUST_PARK: &str = "    if This::must_park(&old, &new) {
+        return Err(Declined::MustPark);
+    }
+";
+const SITES_OVERLAP: &str = "if overlaps_prev || overlaps_next {";
+const SITES_INSIDE: &str = "            Some((_, s)) if addr < s.end() => Found::Inside,\n";
+const SITES_OTHER_PATCHERS: &str =
+    "if crate::debug::defect() == crate::debug::Defect::IgnoreOtherPatchers {";
 
 /// Every mutant, in the order they run.
 pub const MUTANTS: &[Mutant] = &[
@@ -313,6 +423,504 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/pending.rs, continued.
+    Mutant {
+        name: "find-by-range",
+        file: PENDING,
+        what: "find: a site's inner address finds the site (range, not exact)",
+        edits: &[(
+            FIND_EXACT,
+            "let i = entries
+            .binary_search_by(|e| e.addr().cmp(&addr))
+            .unwrap_or_else(|i| i.saturating_sub(1));",
+        )],
+        killers: &["stress:finds_exactly_the_published_sites_while_in_flight"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "conflict-same-start-only",
+        file: PENDING,
+        what: "conflicts: two batches overlap only where a site starts at once",
+        edits: &[(OVERLAP, "if x.addr() == y.addr() {")],
+        killers: &["stress:batches_nest_and_conflicts_are_refused"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // arch/x86/insn.rs, continued: emulation and acceptance.
+    Mutant {
+        name: "x86-call-pushes-site",
+        file: X86_INSN,
+        what: "x86 CALL emulation pushes the call's own address",
+        edits: &[(X86_CALL_PUSH, "stack.write_u64(sp, site);")],
+        killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-call-falls-through",
+        file: X86_INSN,
+        what: "x86 CALL emulation resumes after the call, not at its target",
+        edits: &[(X86_CALL_JUMP, "regs.set_ip(end_of(site, REL32_LEN));")],
+        killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-rel8-unsigned",
+        file: X86_INSN,
+        what: "x86 decode: JMP rel8's displacement zero-extended",
+        edits: &[(
+            X86_REL8_SIGN,
+            "branch_target(site, REL8_LEN, i64::from(rel as u8))",
+        )],
+        killers: &["x86_insn:exact_bytes_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-rel32-unsigned",
+        file: X86_INSN,
+        what: "x86 decode: rel32 displacements zero-extended",
+        edits: &[(X86_REL32_SIGN, "i64::from(u32::from_le_bytes(rel))")],
+        killers: &["x86_insn:exact_bytes_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-ret-any-padding",
+        file: X86_INSN,
+        what: "x86 accept: RET followed by anything (an unlisted string)",
+        edits: &[(X86_RET_PADDING, "false")],
+        killers: &["x86_insn:accept_errors"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "x86-nop2-refused",
+        file: X86_INSN,
+        what: "x86 accept: the listed NOP2 refused",
+        edits: &[(X86_NOP2, "if matches_fixed(bytes, &NOP2_BYTES)? && false {")],
+        killers: &["x86_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // arch/arm64/insn.rs.
+    Mutant {
+        name: "arm64-bl-no-link",
+        file: ARM64_INSN,
+        what: "arm64 BL emulation leaves X30 alone",
+        edits: &[(ARM64_BL_LINK, "")],
+        killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-bl-links-itself",
+        file: ARM64_INSN,
+        what: "arm64 BL emulation links the BL's own address",
+        edits: &[(ARM64_BL_LINK, "                regs.set_x(LR, site);\n")],
+        killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-imm26-unsigned",
+        file: ARM64_INSN,
+        what: "arm64 decode: B/BL imm26 not sign-extended",
+        edits: &[(
+            ARM64_IMM26,
+            "let offset = ((word & IMM26_MASK) << 2) as i32;",
+        )],
+        killers: &["arm64_insn:exact_words_and_round_trip"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-mov-backwards",
+        file: ARM64_INSN,
+        what: "arm64 MOV X9, X30 emulation copies X9 into X30",
+        edits: &[(ARM64_MOV, "regs.set_x(LR, regs.x(X9));")],
+        killers: &["arm64_insn:emulate_mov_x9_x30_copies_the_link_register"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-ret-refused",
+        file: ARM64_INSN,
+        what: "arm64 decode: the listed RET refused",
+        edits: &[(ARM64_RET, "RET => Err(InsnError::Unsupported),")],
+        killers: &["arm64_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "arm64-brk-listed",
+        file: ARM64_INSN,
+        what: "arm64 accept: every BRK (the guard too) accepted, as a NOP",
+        edits: &[(
+            ARM64_BRK_UNLISTED,
+            "Insn::Brk { .. } => Some(ListedInsn::Nop),",
+        )],
+        killers: &["arm64_insn:accept_exact_cases"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // kernel/plan.rs: the guarded section's syncs and the decisions before it.
+    Mutant {
+        name: "plan-no-guard-sync",
+        file: PLAN,
+        what: "plan: no sync after the guards",
+        edits: &[(PLAN_GUARD_SYNC, "if false {")],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-no-tail-sync",
+        file: PLAN,
+        what: "plan: no sync between the tails and the heads (x86)",
+        edits: &[(PLAN_TAIL_SYNC, "if false {")],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-no-head-sync",
+        file: PLAN,
+        what: "plan: no sync after the heads, before the batch retires",
+        edits: &[(
+            PLAN_HEAD_SYNC,
+            "self.enter(Phase::Retire);
+                    if false {",
+        )],
+        killers: &[
+            "plan:arm64_batch_takes_two_syncs_and_no_tails",
+            "model:guarded_arm64_is_clean_exhaustively_3_cpus_4_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-noop-by-head",
+        file: PLAN,
+        what: "plan: a change with the same first byte is no change",
+        edits: &[(PLAN_IS_NOOP, "        self.old.head() == self.new.head()\n")],
+        killers: &[
+            "plan:a_retargeted_jump_is_planned_although_only_its_tail_changes",
+            "model:retargeted_branches_are_clean_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-noop-never",
+        file: PLAN,
+        what: "plan: an unchanged site is planned as a change",
+        edits: &[(PLAN_IS_NOOP, "        false\n")],
+        killers: &["plan:noop_changes_get_nothing"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-parked-guarded",
+        file: PLAN,
+        what: "plan: the parked flag ignored, every change guarded",
+        edits: &[(PLAN_SECTION, "if !change.is_noop() && !parked {")],
+        killers: &[
+            "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
+            "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-never-parks",
+        file: PLAN,
+        what: "plan: no parked section, so parked changes are never made",
+        edits: &[(PLAN_PARK, ".any(|_| false)")],
+        killers: &[
+            "plan:all_parked_batch_has_no_guarded_section",
+            "model:all_parked_arm64_is_clean_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-records-early",
+        file: PLAN,
+        what: "plan: the guarded protocol's records before the guard sync",
+        edits: &[
+            (
+                PLAN_RECORDS_EARLY,
+                "if matches!(self.protocol, Protocol::Guarded | Protocol::RecordBeforeGuardSync) {
+                        // The broken order",
+            ),
+            (
+                PLAN_RECORDS_SKIPPED,
+                "None => self.enter(if matches!(
+                        self.protocol,
+                        Protocol::Guarded | Protocol::RecordBeforeGuardSync
+                    ) {",
+            ),
+        ],
+        killers: &[
+            "plan:x86_two_five_byte_sites_take_three_syncs",
+            "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    // kernel/plan.rs: recovery of a failed commit.
+    Mutant {
+        name: "recovery-swapped",
+        file: PLAN,
+        what: "recovery: a recorded site back to old, an unrecorded one to new",
+        edits: &[(RECOVERY_TARGET, "        if !self.recorded {\n")],
+        killers: &[
+            "plan:recovery_targets_what_the_record_says",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-no-tail-sync",
+        file: PLAN,
+        what: "recovery: no sync between its tails and its heads",
+        edits: &[(RECOVERY_TAIL_SYNC, "if false {")],
+        killers: &[
+            "plan:recovery_writes_tails_then_syncs_then_heads",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-no-stale-sync",
+        file: PLAN,
+        what: "recovery: no sync before heads behind tails the plan wrote",
+        edits: &[(RECOVERY_TAIL_SYNC, "if core::mem::take(&mut self.wrote) {")],
+        killers: &["plan:recovery_syncs_before_heads_behind_tails_the_plan_wrote"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "recovery-heads-first",
+        file: PLAN,
+        what: "recovery: heads, a sync, then tails, a sync",
+        edits: &[
+            (RECOVERY_AFTER_HEADS, "self.enter(RecoveryPhase::Tails);"),
+            (RECOVERY_AFTER_TAILS, "self.enter(RecoveryPhase::Done);"),
+            (RECOVERY_FIRST, "phase: RecoveryPhase::Heads,"),
+        ],
+        killers: &[
+            "plan:recovery_writes_tails_then_syncs_then_heads",
+            "model:failed_writes_recover_cleanly_exhaustively",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    // kernel/record.rs.
+    Mutant {
+        name: "record-swapped",
+        file: RECORD,
+        what: "record: the new bytes before the old ones",
+        edits: &[(RECORD_BYTES, "        w.put(new)?;\n        w.put(old)?;\n")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "record-unpadded-size",
+        file: RECORD,
+        what: "record: size not rounded up to 8 bytes (no padding)",
+        edits: &[(RECORD_PADDED, "let padded = tot;")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "record-pad-skipped",
+        file: RECORD,
+        what: "record: padding counted in the size but not written",
+        edits: &[(RECORD_PAD, "")],
+        killers: &["record:golden_x86_jmp_poke"],
+        hang_kills: false,
+        allowed: None,
+    },
+    // kernel/batch.rs (kernel-only): the executor.
+    Mutant {
+        name: "batch-sync-skipped",
+        file: BATCH,
+        what: "executor: a plan's Sync step counted but not made",
+        edits: &[(
+            BATCH_SYNC,
+            "Step::Sync => {\n                    self.text.sync(|| {});",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: QEMU's TCG keeps every vCPU's instruction stream \
+             coherent with memory, so no guest can observe a missing sync (why seeded defects 1 \
+             and 2 are host-only, docs/architecture.md), and the host model checks plan.rs's \
+             steps, not this executor. It would take the executor built against a fake arch that \
+             counts sync_all() calls against Cost::of(plan), which needs batch.rs off the kernel \
+             crate, or incoherent hardware",
+        ),
+    },
+    Mutant {
+        name: "batch-text-unchecked",
+        file: BATCH,
+        what: "executor: no check of the text before the first guard",
+        edits: &[(BATCH_TEXT_CHECK, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the outsider's verdict change_under_kprobe (KTAP \
+             outsider_change_under_kprobe): a change at a site under an armed kprobe must fail \
+             with EIO and write nothing, and unchecked the batch writes its guard over the \
+             kprobe's and commits",
+        ),
+    },
+    Mutant {
+        name: "batch-recovery-unrecorded",
+        file: BATCH,
+        what: "recovery: the guards it took out not recorded as replaced",
+        edits: &[(BATCH_RECOVERY_REPLACED, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: only a vCPU running a stale translation of a \
+             guard after its batch retired needs the record, which single-threaded TCG, the \
+             harness's, never did (0 vanished-guard traps, docs/results.md). An MTTCG boot \
+             (textpoke-runner boot --mttcg, 298 vanished-guard traps in one run) running \
+             write_failure_recovered_at_every_write would oops on such a guard",
+        ),
+    },
+    // kernel/trap.rs (kernel-only): the trap handler.
+    Mutant {
+        name: "trap-claims-foreign",
+        file: TRAP,
+        what: "trap: claims a trap at no site of its own",
+        edits: &[(TRAP_FOREIGN, "        return true;\n    }\n    let mut now")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test where seeded defect 10 (the swallowed foreign trap) is: on x86 \
+             by the outsider's foreign_int3_reaches_its_owner (its die notifier, below \
+             textpoke's hook, misses its INT3s); on arm64 by the harness boot \
+             harness-foreign-brk, which wants the Oops - BRK of a BRK #0x008 that is not \
+             textpoke's (claimed without a skip, it traps again for ever: no Oops)",
+        ),
+    },
+    Mutant {
+        name: "trap-uncounted",
+        file: TRAP,
+        what: "trap: emulated but not counted (textpoke_cpu_traps)",
+        edits: &[(TRAP_COUNT, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by every scenario's trap_bits_agree: the executors see their \
+             trapped executions (the CPU's word) that textpoke_cpu_traps() did not count",
+        ),
+    },
+    // kernel/patcher.rs (kernel-only): the kernel's own changes.
+    Mutant {
+        name: "patcher-apply-nothing",
+        file: PATCHER,
+        what: "patcher: apply commits nothing it took",
+        edits: &[(PATCHER_APPLY, "        let _ = held;\n")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by kernel_patching's first transition, sched_schedstats_on \
+             (the text did not change although the kernel handed its jump labels to textpoke), \
+             and by module_keys_read_right and kernel_static_keys_selftest",
+        ),
+    },
+    Mutant {
+        name: "patcher-drops-a-change",
+        file: PATCHER,
+        what: "patcher: a change it takes is never queued",
+        edits: &[(
+            PATCHER_PUSH,
+            "        if false && q.entries.push(entry, GFP_KERNEL).is_err() {",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by module_keys_read_right (the keys module sees its branches \
+             disagree with its keys), kernel_static_keys_selftest (test_static_keys fails) and \
+             every kernel_patching transition (the text did not change)",
+        ),
+    },
+    Mutant {
+        name: "patcher-takes-unsafe",
+        file: PATCHER,
+        what: "patcher: a change that must be parked taken under a guard",
+        edits: &[(PATCHER_MUST_PARK, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: the only such change, arm64 ftrace's NOP -> MOV \
+             X9, X30 at a module's load, is written before the site can run, and TCG executes a \
+             BRK written over it like any other. The model catches the rule broken only for the \
+             changes it is given (control_unparked_ret_and_mov_x9_x30_are_caught); a guest \
+             check that the arm64 module loaded while tracing (module_loaded_while_tracing_\
+             recorded) hands its MOV X9, X30 changes back (kernel.declined, no record at them) \
+             would kill it",
+        ),
+    },
+    // kernel/sites.rs (kernel-only): the registry.
+    Mutant {
+        name: "sites-register-over",
+        file: SITES,
+        what: "register: a site over a registered one accepted",
+        edits: &[(SITES_OVERLAP, "if false {")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "nothing in make test catches it: no guest registers a site over a registered one \
+             (the outsider only adds and unregisters at the exerciser's site). A bad-input case \
+             registering the outsider's or the exerciser's own site again, and one inside it, \
+             each expecting refusal::INSIDE_SITE and the log line \"it overlaps a registered \
+             site\", would kill it",
+        ),
+    },
+    Mutant {
+        name: "sites-inside-is-nowhere",
+        file: SITES,
+        what: "find: an address inside a site taken for no site",
+        edits: &[(SITES_INSIDE, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the bad-input case inside_site: a change one byte into a \
+             site must be refused with refusal::INSIDE_SITE and \"inside another site\", not \
+             as unregistered",
+        ),
+    },
+    Mutant {
+        name: "sites-other-patchers",
+        file: SITES,
+        what: "register: no check for text other patchers own",
+        edits: &[(SITES_OTHER_PATCHERS, "if true {")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test as seeded defect 11 is (control_other_patchers_ignored_caught): \
+             the outsider's verdicts register_jump_label_site, register_ftrace_site and \
+             register_kprobed_site (KTAP outsider_register_*) want ETXTBSY",
+        ),
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -436,6 +1044,35 @@ mod tests {
 
     #[test]
     fn the_files_are_listed_once_each_in_order() {
-        assert_eq!(files(MUTANTS), [PENDING, X86_INSN]);
+        assert_eq!(
+            files(MUTANTS),
+            [PENDING, X86_INSN, ARM64_INSN, PLAN, RECORD, BATCH, TRAP, PATCHER, SITES]
+        );
+    }
+
+    /// The kernel-only files are exactly the mutated files `textpoke-core` does not include
+    /// (tools/core/src/lib.rs), and their mutants are allowed, naming no host killer.
+    #[test]
+    fn kernel_only_files_are_those_the_host_crate_lacks() {
+        let lib = source("tools/core/src/lib.rs");
+        let host: Vec<String> = crate::workspace::path_attributes(&lib)
+            .iter()
+            .map(|p| p.trim_start_matches("../").to_owned())
+            .collect();
+        assert!(host.iter().any(|f| f == PLAN), "{host:?}");
+        for file in files(MUTANTS) {
+            assert_eq!(
+                kernel_only(file),
+                !host.iter().any(|f| f == file),
+                "{file}: kernel-only, or included by textpoke-core"
+            );
+        }
+        for m in MUTANTS.iter().filter(|m| kernel_only(m.file)) {
+            assert!(
+                m.killers.is_empty() && m.allowed.is_some(),
+                "{}: a kernel-only mutant is allowed, with what catches it",
+                m.name
+            );
+        }
     }
 }
