@@ -184,7 +184,8 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 // The snippets of the kernel-only files, for the allowed mutants below.
 
-const BATCH_SYNC: &str = "Step::Sync => {\n                    self.text.sync(This::sync_all);";
+const BATCH_SYNC: &str =
+    "Step::Sync => {\n                    self.text.sync(CurrentArch::sync_all);";
 const BATCH_TEXT_CHECK: &str = "        self.check_text()?;\n";
 const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
             if s.guarded {
@@ -193,10 +194,11 @@ const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(
         }
 ";
 const TRAP_FOREIGN: &str = "        return false;\n    }\n    let mut now";
-const TRAP_COUNT: &str = "        engine.stats.count_trap(cpu, This::kind(&insn), kernel);\n";
+const TRAP_COUNT: &str =
+    "        engine\n            .stats\n            .count_trap(cpu, CurrentArch::kind(&insn), kernel);\n";
 const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
-const PATCHER_PUSH: &str = "        if q.entries.push(entry, GFP_KERNEL).is_err() {";
-const PATCHER_MUST_PARK: &str = "    if This::must_park(&old, &new) {
+const PATCHER_PUSH: &str = "        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {";
+const PATCHER_MUST_PARK: &str = "    if CurrentArch::must_park(&old, &new) {
         return Err(Declined::MustPark);
     }
 ";
@@ -852,7 +854,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "patcher: a change it takes is never queued",
         edits: &[(
             PATCHER_PUSH,
-            "        if false && q.entries.push(entry, GFP_KERNEL).is_err() {",
+            "        if !pushed || (false && q.entries.push(entry, GFP_KERNEL).is_err()) {",
         )],
         killers: &[],
         hang_kills: false,
