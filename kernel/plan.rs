@@ -172,6 +172,18 @@ pub enum Protocol {
     /// Like [`Protocol::UnguardedNosync`] it writes without a guard, so on x86 a CPU can also see
     /// the new instruction torn.
     BeforeAfter,
+    /// For when no tracer listens (no perf event asks for `PERF_RECORD_TEXT_POKE`): no record,
+    /// and on arm64 no guard. arm64 writes each whole new instruction ([`Step::WriteWhole`]) and
+    /// syncs once, as upstream's "nosync" patching does: allowed under execution for the
+    /// changes that are not parked, which are exactly those the Arm ARM lets a CPU see change
+    /// while it executes them. x86 keeps the guarded section, which a torn instruction rules
+    /// out, without its records. The parked section is the same, without its records.
+    ///
+    /// Nobody can see the difference: the records are what a listener reads the text by, and
+    /// the caller plans this only while it holds `text_mutex` from the moment it found no
+    /// listener until the plan's last step, which a listener's arrival waits for
+    /// (docs/protocol.md, "When nobody listens").
+    Quiet,
 }
 
 /// One step of a plan; `usize` fields index the batch's changes.
@@ -294,6 +306,11 @@ impl<'a, C: AsRef<Change>> Plan<'a, C> {
         self.write_due = false;
     }
 
+    /// Whether the plan emits records: every protocol's but [`Protocol::Quiet`].
+    fn records(&self) -> bool {
+        self.protocol != Protocol::Quiet
+    }
+
     fn tail_changes(change: &Change) -> bool {
         change.new.tail() != change.old.tail()
     }
@@ -332,7 +349,7 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
                     }
                     match self.next_change() {
                         Some((i, _)) => {
-                            self.record_due = true;
+                            self.record_due = self.records();
                             return Some(Step::WriteWhole(i));
                         }
                         None => self.enter(Phase::Unpark),
@@ -343,9 +360,11 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
                     return Some(Step::Unpark);
                 }
                 Phase::Publish => {
-                    self.enter(match self.protocol {
-                        Protocol::UnguardedNosync => Phase::Unguarded,
-                        Protocol::BeforeAfter => Phase::Announced,
+                    self.enter(match (self.protocol, self.arch) {
+                        (Protocol::UnguardedNosync, _) | (Protocol::Quiet, Arch::Arm64) => {
+                            Phase::Unguarded
+                        }
+                        (Protocol::BeforeAfter, _) => Phase::Announced,
                         _ => Phase::Guards,
                     });
                     if self
@@ -367,7 +386,7 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
                     match self.next_change() {
                         Some((i, _)) => {
                             self.wrote_head = true;
-                            self.record_due = true;
+                            self.record_due = self.records();
                             return Some(Step::WriteWhole(i));
                         }
                         None => self.enter(Phase::HeadSync),
@@ -430,7 +449,8 @@ impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
                     }),
                 },
                 Phase::Records => match self.next_change() {
-                    Some((i, _)) => return Some(Step::Emit(i)),
+                    Some((i, _)) if self.records() => return Some(Step::Emit(i)),
+                    Some(_) => {}
                     None => self.enter(Phase::TailSync),
                 },
                 Phase::TailSync => {

@@ -576,3 +576,39 @@ fn recovery_syncs_before_heads_behind_tails_the_plan_wrote() {
         [Repair::Head(1), Repair::Sync]
     );
 }
+
+#[test]
+fn quiet_plans_emit_nothing_and_guard_only_on_x86() {
+    let arm = [change(&ARM_NOP, &ARM_B), change(&ARM_B, &ARM_NOP)];
+    // arm64: upstream's nosync writes, one sync, no guard, no record.
+    assert_eq!(
+        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &arm).collect::<Vec<_>>(),
+        [Publish, WriteWhole(0), WriteWhole(1), Sync, Retire]
+    );
+    let cost = Cost::of(Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &arm));
+    assert_eq!((cost.syncs, cost.writes, cost.records), (1, 2, 0));
+    // x86: the guarded plan without its records.
+    let x86 = [change(&NOP5, &JMP32), change(&JMP32, &NOP5)];
+    let guarded: Vec<Step> = plan(Arch::X86, &x86)
+        .into_iter()
+        .filter(|s| !matches!(s, Emit(_)))
+        .collect();
+    assert_eq!(
+        Plan::with_protocol(Arch::X86, Protocol::Quiet, &x86).collect::<Vec<_>>(),
+        guarded
+    );
+    // A parked change: the same section, without its record.
+    let mixed = [change(&ARM_NOP, &ARM_B), parked(&ARM_RET, &ARM_MOV_X9_X30)];
+    assert_eq!(
+        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &mixed).collect::<Vec<_>>(),
+        [
+            Park,
+            WriteWhole(1),
+            Unpark,
+            Publish,
+            WriteWhole(0),
+            Sync,
+            Retire
+        ]
+    );
+}
