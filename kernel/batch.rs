@@ -26,7 +26,7 @@ use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::module_text::{Module, ModuleRef};
 use crate::pending::PublishError;
-use crate::plan::{Change, Plan, Recovery, Repair, Step, Stranded};
+use crate::plan::{Change, Plan, Protocol, Recovery, Repair, Step, Stranded};
 use crate::series::{Common, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
@@ -238,15 +238,29 @@ impl Batch {
             return Err(EINVAL);
         }
         let common = &engine.series.common;
+        let early = debug::decided_early(common);
         // In the order the kernel's pokers take them (see `ModuleLocks`).
         let kprobes = common.lock_kprobes();
-        let locks = ModuleLocks {
-            text: None,
-            hotplug: HotplugGuard::new(),
-            kprobes: Some(kprobes),
-            common,
-        };
-        self.commit_with(engine, locks)
+        let hotplug = HotplugGuard::new();
+        let text = common.lock_text();
+        // Whether anyone listens, decided under `text_mutex`: a listener that is not counted
+        // now waits for it (patch 0011).
+        if early.unwrap_or_else(|| common.listening(text.holds())) {
+            let locks = ModuleLocks {
+                text: Some(text),
+                hotplug,
+                kprobes: Some(kprobes),
+                common,
+            };
+            self.commit_with(engine, locks, Protocol::Guarded)
+        } else {
+            let locks = QuietLocks {
+                text,
+                hotplug,
+                _kprobes: kprobes,
+            };
+            self.commit_with(engine, locks, Protocol::Quiet)
+        }
     }
 
     /// Commits a batch of the kernel's own changes ([`Batch::kernel`]) for a caller that holds
@@ -260,12 +274,24 @@ impl Batch {
             );
             return Err(EINVAL);
         }
-        self.commit_with(engine, CallerHeld { held })
+        // The caller holds `text_mutex` throughout: an answer of "nobody" holds until it is done.
+        let protocol = if engine.series.common.listening(held.holds()) {
+            Protocol::Guarded
+        } else {
+            Protocol::Quiet
+        };
+        self.commit_with(engine, CallerHeld { held }, protocol)
     }
 
-    /// Commits, holding `text_mutex` as `text` says: taken and released as the plan needs it
-    /// (a module's batch) or held by the caller throughout (a kernel batch).
-    fn commit_with<A: TextAccess>(&mut self, engine: &Engine, text: A) -> Result {
+    /// Commits by `protocol` (guarded, or quiet when nobody listens), holding `text_mutex` as
+    /// `text` says: released across syncs (a guarded module batch), or held throughout (a quiet
+    /// module batch, or a kernel batch, whose caller holds it).
+    fn commit_with<A: TextAccess>(
+        &mut self,
+        engine: &Engine,
+        text: A,
+        protocol: Protocol,
+    ) -> Result {
         let id = self.id;
         if self.committed {
             pr_err!("batch {id}: refusing commit: already committed\n");
@@ -322,6 +348,7 @@ impl Batch {
                 bytes: &[],
             }; WRITE_RUN],
             nqueued: 0,
+            guards: 0,
             queued_part: Part::Other,
             since_resched: 0,
         };
@@ -334,11 +361,12 @@ impl Batch {
             engine
                 .table
                 .with_published_in(self.kernel, &self.entries, cpu::cond_resched, || {
-                    run.plan(defect)
+                    run.plan(defect, protocol)
                 });
         let table_ns = clock::now().saturating_sub(table_start);
         // So far only the plan's steps.
         let mut parts = run.parts;
+        let guards = run.guards;
         drop(run);
         let ran = match published {
             Ok(ran) => ran,
@@ -379,6 +407,10 @@ impl Batch {
             &engine.stats.totals
         };
         t.add_parts(&parts);
+        t.guards.fetch_add(u64::from(guards), Ordering::Relaxed);
+        if protocol == Protocol::Quiet {
+            t.quiet.fetch_add(1, Ordering::Relaxed);
+        }
         if ran.is_ok() {
             t.batches.fetch_add(1, Ordering::Relaxed);
             t.sites
@@ -479,6 +511,31 @@ impl TextAccess for ModuleLocks<'_> {
     }
 }
 
+/// A quiet module batch's locks (no tracer listened when it took `text_mutex`): all held for the
+/// whole commit, so that no listener is counted until its last write and sync (patch 0011), and
+/// released in the reverse order of taking (fields drop in declaration order).
+struct QuietLocks<'a> {
+    text: TextLock<'a>,
+    hotplug: HotplugGuard,
+    _kprobes: KprobesGuard<'a>,
+}
+
+impl TextAccess for QuietLocks<'_> {
+    fn hold(&mut self) -> &HoldsText {
+        self.text.holds()
+    }
+
+    fn release(&mut self) {}
+
+    fn sync(&mut self, f: impl FnOnce()) {
+        f();
+    }
+
+    fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
+        Some((self.text.holds(), &self.hotplug))
+    }
+}
+
 /// A kernel batch's: `text_mutex` held by the kernel's caller for the whole commit.
 struct CallerHeld<'a> {
     held: &'a TextHeld<'a>,
@@ -527,6 +584,8 @@ struct Run<'a, A> {
     /// `nqueued`. On the stack, so that a commit allocates nothing.
     queued: [TextWrite<'a>; WRITE_RUN],
     nqueued: usize,
+    /// Guards queued or written so far.
+    guards: u32,
     /// The part of the commit's time those writes count to.
     queued_part: Part,
     /// Writes made since the last `cond_resched()`.
@@ -555,9 +614,15 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// Runs the plan's steps, with the batch published in the pending table.
     ///
     /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
-    fn plan(&mut self, defect: Defect) -> Result {
+    fn plan(&mut self, defect: Defect, protocol: Protocol) -> Result {
         let entries = self.entries;
-        let mut plan = Plan::with_protocol(CurrentArch::PLAN, defect.protocol(), entries);
+        // A seeded plan defect replaces the guarded protocol only: the controls that look for it
+        // record, so a listener is there.
+        let protocol = match protocol {
+            Protocol::Guarded => defect.protocol(),
+            quiet => quiet,
+        };
+        let mut plan = Plan::with_protocol(CurrentArch::PLAN, protocol, entries);
         // The one change a step-skipping defect hits: the first guarded one.
         let victim = entries.iter().position(|e| !e.change.parked);
         // Before the first write, under `text_mutex`, which the writes that follow keep: no
@@ -586,7 +651,16 @@ impl<'a, A: TextAccess> Run<'a, A> {
             };
             let part = part_of(step, self.stats.syncs);
             let queued = match step {
-                Step::WriteGuard(i) => self.queue(i, 0, <CurrentArch as Arch>::GUARD, part),
+                Step::WriteGuard(i) => {
+                    self.guards = self.guards.saturating_add(1);
+                    self.queue(i, 0, <CurrentArch as Arch>::GUARD, part)
+                }
+                // Unguarded whole writes (quiet arm64) go together too; a seeded defect's are
+                // made one by one, each with its pause (below).
+                Step::WriteWhole(i) if defect == Defect::None && protocol == Protocol::Quiet => {
+                    self.entry(i)
+                        .and_then(|e| self.queue(i, 0, e.change.new.as_slice(), part))
+                }
                 Step::WriteTail(i) => self
                     .entry(i)
                     .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
@@ -615,9 +689,12 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 Step::Publish => Ok(()),
                 Step::Retire => {
                     // Guards that stood at these sites are now replaced for good: a stale one
-                    // executed later (an emulator's stale translation) may be resumed.
-                    for e in entries.iter().filter(|e| !e.change.parked) {
-                        self.engine.replaced.record(e.addr);
+                    // executed later (an emulator's stale translation) may be resumed. Where no
+                    // guard stood (a quiet arm64 batch), no trap there is textpoke's.
+                    if self.guards > 0 {
+                        for e in entries.iter().filter(|e| !e.change.parked) {
+                            self.engine.replaced.record(e.addr);
+                        }
                     }
                     Ok(())
                 }

@@ -15,7 +15,7 @@ use crate::plan::Protocol;
 use kernel::static_assert;
 
 /// What each seeded defect of the table (`kernel/defects.rs`) does here.
-const BEHAVIOUR: [(SeededDefect, Defect); 11] = [
+const BEHAVIOUR: [(SeededDefect, Defect); 12] = [
     (
         defects::RECORD_BEFORE_GUARD_SYNC,
         Defect::Plan(Protocol::RecordBeforeGuardSync),
@@ -36,6 +36,10 @@ const BEHAVIOUR: [(SeededDefect, Defect); 11] = [
     (defects::WRONG_OLD_BYTES, Defect::WrongOldBytes),
     (defects::SWALLOW_FOREIGN, Defect::SwallowForeign),
     (defects::IGNORE_OTHER_PATCHERS, Defect::IgnoreOtherPatchers),
+    (
+        defects::SKIP_LISTENER_HANDSHAKE,
+        Defect::SkipListenerHandshake,
+    ),
 ];
 // Every defect of the table has its behaviour here, once.
 static_assert!(BEHAVIOUR.len() == defects::ALL.len());
@@ -62,6 +66,9 @@ pub(crate) enum Defect {
     SwallowForeign,
     /// Registration skips the check that no other in-kernel patcher owns the site's text.
     IgnoreOtherPatchers,
+    /// A module batch decides whether anyone listens, then releases `text_mutex` for a moment
+    /// before it writes ([`decided_early`]).
+    SkipListenerHandshake,
 }
 
 impl Defect {
@@ -95,6 +102,27 @@ pub(crate) fn failing_write() -> Option<u32> {
         u32::try_from(k).ok().filter(|&k| k > 0)
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    None
+}
+
+/// Under [`Defect::SkipListenerHandshake`] (debug builds): whether anyone listened, decided
+/// under `text_mutex` and then, wrongly, not kept: the mutex is released for 50 milliseconds,
+/// in which a listener is counted and copies the text, before the batch takes its locks and
+/// writes by the stale answer. `None` otherwise, and always in a production build.
+pub(crate) fn decided_early(common: &crate::series::Common) -> Option<bool> {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    if defect() == Defect::SkipListenerHandshake {
+        let listening = {
+            let text = common.lock_text();
+            common.listening(text.holds())
+        };
+        kernel::pr_warn!("DELIBERATELY BROKEN: the listener handshake skipped (debug_protocol)\n");
+        // SAFETY: Process context (a commit), no lock held.
+        unsafe { kernel::bindings::msleep(50) };
+        return Some(listening);
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    let _ = common;
     None
 }
 

@@ -109,5 +109,5 @@ module_param_cb(fail_write, &textpoke_debug_protocol_ops, &textpoke_fail_write, 
 MODULE_PARM_DESC(fail_write,
 		 "DEBUG BUILDS ONLY: the k-th write of each module batch fails (0: none, the default)");
 MODULE_PARM_DESC(debug_protocol,
-		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text");
+		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text, 12 skip the listener handshake (kernel/defects.rs)");
 #endif

@@ -134,6 +134,10 @@ pub(crate) struct BatchTotals {
     pub(crate) records: AtomicU64,
     /// Batches that failed after starting to write.
     pub(crate) failed: AtomicU64,
+    /// Batches committed with no tracer listening ([`crate::plan::Protocol::Quiet`]).
+    pub(crate) quiet: AtomicU64,
+    /// Guards written.
+    pub(crate) guards: AtomicU64,
     /// Nanoseconds per [`Part`], over every commit that started writing.
     pub(crate) parts: [AtomicU64; Part::ALL.len()],
 }
@@ -147,6 +151,8 @@ impl BatchTotals {
             ("syncs", &self.syncs),
             ("records", &self.records),
             ("failed", &self.failed),
+            ("quiet", &self.quiet),
+            ("guards", &self.guards),
         ] {
             writeln!(out, "{prefix}{name} {}", v.load(Ordering::Relaxed))?;
         }

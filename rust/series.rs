@@ -15,6 +15,8 @@ use kernel::{ffi::c_void, prelude::*, str::CStr};
 /// `perf_event_text_poke(addr, old, old_len, new, new_len)` (include/linux/perf_event.h).
 pub(crate) type PerfEventTextPoke =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
+/// `perf_text_poke_listening()` (include/linux/perf_event.h, patch 0011).
+type PerfTextPokeListening = unsafe extern "C" fn() -> bool;
 /// `text_mutex_lock()` / `text_mutex_unlock()` / `text_mutex_assert_held()`
 /// (include/linux/memory.h, patch 0002).
 type TextMutexOp = unsafe extern "C" fn();
@@ -135,6 +137,7 @@ pub(crate) use resolve;
 pub(crate) struct Common {
     /// `perf_event_text_poke()`.
     pub(crate) perf_event_text_poke: PerfEventTextPoke,
+    perf_text_poke_listening: PerfTextPokeListening,
     /// `stop_machine_cpuslocked()`: runs a function on every online CPU with all of them
     /// stopped, for a caller that already holds the CPU-hotplug read lock.
     pub(crate) stop_machine_cpuslocked: StopMachineCpuslocked,
@@ -154,6 +157,8 @@ impl Common {
     /// Resolves the common exports; `None` if any is missing (recorded in `r`).
     pub(crate) fn resolve(r: &mut Resolver) -> Option<Self> {
         let perf_event_text_poke = resolve!(r, "perf_event_text_poke", PerfEventTextPoke);
+        let perf_text_poke_listening =
+            resolve!(r, "perf_text_poke_listening", PerfTextPokeListening);
         let stop_machine_cpuslocked = resolve!(r, "stop_machine_cpuslocked", StopMachineCpuslocked);
         let text_reserved_by_patchers =
             resolve!(r, "text_reserved_by_patchers", TextReservedByPatchers);
@@ -168,6 +173,7 @@ impl Common {
         let unregister_patcher = resolve!(r, "unregister_text_patcher", UnregisterPatcher);
         Some(Self {
             perf_event_text_poke: perf_event_text_poke?,
+            perf_text_poke_listening: perf_text_poke_listening?,
             stop_machine_cpuslocked: stop_machine_cpuslocked?,
             text_reserved_by_patchers: text_reserved_by_patchers?,
             kprobes_text_lock: kprobes_text_lock?,
@@ -215,6 +221,15 @@ impl Common {
             common: self,
             _not_send: core::marker::PhantomData,
         }
+    }
+
+    /// Whether any perf event asks for `PERF_RECORD_TEXT_POKE` (`perf_text_poke_listening()`,
+    /// patch 0011). Asked with `text_mutex` held (`_held`): while it stays held no listener is
+    /// counted, so an answer of `false` holds until the caller releases it.
+    pub(crate) fn listening(&self, _held: &HoldsText) -> bool {
+        // SAFETY: The caller holds `text_mutex`, which the function asserts; it only reads a
+        // counter.
+        unsafe { (self.perf_text_poke_listening)() }
     }
 
     /// Takes `text_mutex`, serializing with every in-kernel text poker until the guard drops.

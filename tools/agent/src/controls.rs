@@ -425,6 +425,29 @@ fn registered_over_owners(
     }
 }
 
+/// A module batch that lets go of `text_mutex` between finding no listener and writing (the
+/// seeded defect) must break a mid-storm listener's copy: the listener check of `listener.rs`,
+/// with nobody else listening, must fail on a record or on the copy's end.
+fn listener_handshake_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::SKIP_LISTENER_HANDSHAKE.caught_by;
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defects::SKIP_LISTENER_HANDSHAKE.mode, |sites| {
+            Ok(crate::listener::mid_storm(kcore, sites))
+        })?;
+        match outcome {
+            Err(e) if e.contains("listener's copy") => Ok(format!("caught: {e}")),
+            Err(e) => Err(format!(
+                "the check failed, but not on the listener's copy: {e}"
+            )),
+            Ok(line) => Err(format!("not caught: {line}")),
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// Reloads the debug build, runs `f` on its sites with `debug_protocol=mode`, and sets the
 /// switch back to 0 whatever `f` returned. Returns the sites and `f`'s result.
 fn under_defect<T>(
@@ -717,6 +740,7 @@ pub fn cases(kcore: &Kcore) -> Case {
             children.push(foreign_int3_control());
         }
         children.push(other_patchers_control());
+        children.push(listener_handshake_control(kcore));
         children.push(fault_injection_matrix(kcore));
     }
     // Every site again, for whatever runs after the controls.

@@ -26,6 +26,9 @@
 //!
 //! # What must hold
 //!
+//! With a listener open, so that every batch runs the whole guarded protocol, records included
+//! (with nobody listening the same code runs with fewer steps):
+//!
 //! - `flip`: one batch the agent's own thread begins, fills, commits and ends (the exerciser's
 //!   `flip` command) either succeeds, every site then holding its other instruction, or fails
 //!   with `ENOMEM`, every site unchanged; read through `/proc/kcore`.
@@ -749,6 +752,11 @@ pub fn cases(kcore: &Kcore) -> Vec<Case> {
     if let Err(e) = loaded {
         return vec![Case::fail(NAME, e)];
     }
+    // A listener, so that batches take the whole guarded protocol, records included.
+    let _listening = match textpoke_agent::perf::Listener::open() {
+        Ok(l) => l,
+        Err(e) => return vec![Case::fail(NAME, format!("opening a listener: {e}"))],
+    };
     let mut out = Vec::new();
     match Injector::new() {
         Err(e) => out.push(Case::fail(NAME, e)),

@@ -35,6 +35,7 @@ mod hotplug;
 mod kbench;
 mod kernel_patching;
 mod kselftest;
+mod listener;
 mod observed;
 mod outsider;
 mod plan;
@@ -258,6 +259,15 @@ fn test_suite(ktap: &mut Ktap) {
     match setup {
         Ok((sites, kcore)) => {
             cases.push(Case::pass("sites_listed").with_log(format!("{} sites", sites.len())));
+            // A listener for the whole suite, as on a traced machine: textpoke guards and
+            // records. The listener group closes it for its own checks.
+            let mut listening = match textpoke_agent::perf::Listener::open() {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    log(&format!("opening the suite's listener: {e}"));
+                    None
+                }
+            };
             for (name, spec, min_trapped) in SCENARIOS {
                 cases.push(scenario::case(name, spec, *min_trapped, &sites, &kcore));
             }
@@ -270,9 +280,13 @@ fn test_suite(ktap: &mut Ktap) {
             }
             cases.push(kernel_patching::cases(&kcore));
             cases.push(hotplug::cases(&sites, &kcore));
+            cases.push(listener::cases(&sites, &kcore, &mut listening));
             if controls {
+                // Each control records, or runs with nobody listening on purpose.
+                listening = None;
                 cases.push(controls::cases(&kcore));
             }
+            drop(listening);
             let unloaded = sys::unload_module("textpoke_exerciser");
             match &unloaded {
                 // textpoke alone now: only the kernel's pin can keep it loaded.

@@ -61,6 +61,8 @@ pub mod attr_flags {
     pub const DISABLED: u64 = 1 << 0;
     /// `sample_id_all`: put the `sample_id` trailer on every non-sample record.
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// `use_clockid`: timestamps from `clockid` instead of perf's clock.
+    pub const USE_CLOCKID: u64 = 1 << 25;
     /// `text_poke`: include `PERF_RECORD_TEXT_POKE` records.
     pub const TEXT_POKE: u64 = 1 << 33;
 }
@@ -596,6 +598,27 @@ struct CpuBuffer {
     mapped: MappedRing,
 }
 
+/// A listener that records nothing: one `text_poke` event, on CPU 0, with no buffer. The kernel
+/// counts it from its creation (patch 0011), so textpoke guards and records every change while
+/// it exists, as for any tracer; the records go nowhere.
+#[derive(Debug)]
+pub struct Listener {
+    _fd: OwnedFd,
+}
+
+impl Listener {
+    /// Opens the event.
+    pub fn open() -> io::Result<Self> {
+        let attr = PerfEventAttr::text_poke();
+        let cpu = crate::sys::online_cpus()?
+            .first()
+            .copied()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
+        let fd = perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)?;
+        Ok(Self { _fd: fd })
+    }
+}
+
 /// A text-poke recorder with one event and ring buffer per CPU; see the module documentation.
 #[derive(Debug)]
 pub struct Recorder {
@@ -611,11 +634,23 @@ impl Recorder {
     /// `CAP_PERFMON`, `EINVAL` if the kernel lacks `text_poke`, `ENODEV`/`EINVAL` for an offline
     /// CPU), `mmap`, or the enabling `ioctl`; `EINVAL` if `data_pages` is not a power of two.
     pub fn open(config: &RecorderConfig) -> io::Result<Self> {
+        Self::open_attr(config, PerfEventAttr::text_poke())
+    }
+
+    /// As [`Recorder::open`], with the records' times on `CLOCK_MONOTONIC`, which userspace
+    /// reads too, rather than perf's clock.
+    pub fn open_monotonic(config: &RecorderConfig) -> io::Result<Self> {
+        let mut attr = PerfEventAttr::text_poke();
+        attr.flags |= attr_flags::USE_CLOCKID;
+        attr.clockid = libc::CLOCK_MONOTONIC;
+        Self::open_attr(config, attr)
+    }
+
+    fn open_attr(config: &RecorderConfig, attr: PerfEventAttr) -> io::Result<Self> {
         if !config.data_pages.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let cpus = crate::sys::online_cpus()?;
-        let attr = PerfEventAttr::text_poke();
         let mut buffers = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
             let fd = perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)?;
@@ -670,6 +705,7 @@ mod tests {
         let expected: &[(u64, u32)] = &[
             (attr_flags::DISABLED, 0),
             (attr_flags::SAMPLE_ID_ALL, 18),
+            (attr_flags::USE_CLOCKID, 25),
             (attr_flags::TEXT_POKE, 33),
         ];
         for &(flag, bit) in expected {

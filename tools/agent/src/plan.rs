@@ -30,6 +30,8 @@ pub enum Planned {
     KernelSuites,
     /// hotplug.rs.
     CpuHotplug,
+    /// listener.rs.
+    Listener,
     /// kernel_patching.rs.
     KernelPatching,
     /// controls.rs, in a boot that runs them.
@@ -61,6 +63,7 @@ impl Planned {
             Self::Outsider => "outsider",
             Self::KernelSuites => "kernel_suites",
             Self::CpuHotplug => "cpu_hotplug",
+            Self::Listener => "listener",
             Self::KernelPatching => "kernel_patching",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
@@ -105,6 +108,7 @@ impl Plan {
         }
         cases.push(Planned::KernelPatching);
         cases.push(Planned::CpuHotplug);
+        cases.push(Planned::Listener);
         if controls {
             cases.push(Planned::NegativeControls);
         }

@@ -1,0 +1,366 @@
+//! Whether a tracer listens: textpoke guards and records only when one does (patch 0011,
+//! docs/protocol.md "When nobody listens"), and one that arrives in the middle of changes still
+//! gets a copy of the text that its records keep right.
+//!
+//! The rest of the suite runs with a listener that records nothing ([`Listener`]), as a traced
+//! machine would; this group closes it and checks:
+//!
+//! - `quiet_without_listener`: a scenario and a function-tracer toggle with nobody listening.
+//!   Every batch is quiet; on arm64 none writes a guard and no execution traps (the CPU's own
+//!   word: the stack mark of each logged execution), on x86 the guards stay; either way the text
+//!   ends as the last commit left it (kcore), and the tracer's toggle leaves the kernel text as it
+//!   was.
+//! - `guarded_with_listener`: the same with a listener: no quiet batch, guards on both arches.
+//! - `listener_mid_storm`: flips of the exerciser's keys and ftrace sites, function-tracer
+//!   toggles and `sched_schedstats` flips run with nobody listening; at one of [`STARTS`] points
+//!   a recorder opens (the listener appears), copies the text through kcore and collects records
+//!   until the storm ends. Its copy, with each record replayed in time order, must agree with
+//!   every record's old bytes (or already hold its new ones, if the copy was read after the
+//!   change: records timed before the copy's end only) and end equal to the text. A batch that
+//!   decided "nobody listens" and wrote after the copy without a record breaks one or the other.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use textpoke_agent::exerciser::{self, Site};
+use textpoke_agent::kcore::Kcore;
+use textpoke_agent::ktap::Case;
+use textpoke_agent::perf::{Listener, Recorder, RecorderConfig, TextPokeRec};
+
+use crate::kernel_patching::{self, kernel_text};
+use crate::scenario::{engine_stats, region};
+use crate::{is_x86, log};
+
+/// The scenario without a listener.
+const QUIET_SPEC: &str = "keys=4 sites=4 ftrace=8 flips=3 pokers=1";
+/// The storm's scenario: long enough to be under way at every start.
+const STORM_SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9 pokers=2";
+/// Listener starts per boot, spread over the storm.
+pub const STARTS: usize = 6;
+/// The function tracer's filter during the storm and the quiet toggle.
+const FILTER: &str = "vfs_read vfs_write";
+
+/// textpoke's counter `key`.
+fn stat(key: &str) -> Result<u64, String> {
+    exerciser::number(&engine_stats()?, key)
+}
+
+/// The counters the checks compare, before and after.
+fn counters() -> Result<[u64; 6], String> {
+    Ok([
+        stat("batches")?,
+        stat("quiet")?,
+        stat("guards")?,
+        stat("kernel.batches")?,
+        stat("kernel.quiet")?,
+        stat("kernel.guards")?,
+    ])
+}
+
+/// Runs the exerciser's scenario `spec` and the function tracer on and off, and returns
+/// textpoke's counters' deltas, the executions the CPU saw trap, and any failure.
+fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<([u64; 6], usize), String> {
+    let (base, len) = kernel_text()?;
+    let before_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    let before = counters()?;
+    exerciser::command(&format!("run {spec}")).map_err(|e| format!("run {spec}: errno {e}"))?;
+    kernel_patching::filter(FILTER)?;
+    kernel_patching::tracer("function")?;
+    kernel_patching::tracer("nop")?;
+    kernel_patching::filter("")?;
+    let after = counters()?;
+    let after_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    if let Some(a) = kernel_patching::first_difference(base, &before_text, &after_text) {
+        return Err(format!(
+            "the tracer's toggle left the kernel text changed at {a:#x}"
+        ));
+    }
+    // Every site as its last batch left it (one poker: the batches are listed in commit order).
+    let batches = exerciser::batches()?;
+    for s in sites {
+        let last = batches
+            .iter()
+            .flat_map(|b| b.changes.iter())
+            .rfind(|(i, _)| *i == s.index);
+        if let Some(&(_, to)) = last {
+            let want = if to == 1 { &s.on } else { &s.off };
+            let now = kcore
+                .read(s.addr, s.len)
+                .map_err(|e| format!("kcore at {:#x}: {e}", s.addr))?;
+            if now != *want {
+                return Err(format!(
+                    "site {} holds {now:02x?}, its last batch wrote {want:02x?}",
+                    s.index
+                ));
+            }
+        }
+    }
+    let trapped = exerciser::executions()
+        .map_err(|e| format!("executions: {e}"))?
+        .iter()
+        .filter(|e| e.cpu_trapped())
+        .count();
+    let mut delta = [0; 6];
+    for (d, (a, b)) in delta.iter_mut().zip(after.iter().zip(before.iter())) {
+        *d = a.saturating_sub(*b);
+    }
+    Ok((delta, trapped))
+}
+
+fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
+    const NAME: &str = "quiet_without_listener";
+    let (d, trapped) = match run_and_count(kcore, sites, QUIET_SPEC) {
+        Ok(x) => x,
+        Err(e) => return Case::fail(NAME, e),
+    };
+    let [batches, quiet, guards, kbatches, kquiet, kguards] = d;
+    let line = format!(
+        "nobody listening: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
+         batches, {kquiet} quiet, {kguards} guards; {trapped} executions the CPU saw trap"
+    );
+    log(&format!("listener: {line}"));
+    let problem = if batches == 0 || kbatches == 0 {
+        Some("no batch committed".to_owned())
+    } else if quiet != batches || kquiet != kbatches {
+        Some("a batch was guarded with nobody listening".to_owned())
+    } else if !is_x86() && (guards > 0 || kguards > 0 || trapped > 0) {
+        Some("arm64 wrote a guard, or an execution trapped, with nobody listening".to_owned())
+    } else if is_x86() && guards == 0 {
+        Some("x86 wrote no guard: its quiet batches must keep them".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+        None => Case::pass(NAME).with_log(line),
+    }
+}
+
+fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
+    const NAME: &str = "guarded_with_listener";
+    let listener = match Listener::open() {
+        Ok(l) => l,
+        Err(e) => return Case::fail(NAME, format!("opening a listener: {e}")),
+    };
+    let r = run_and_count(kcore, sites, QUIET_SPEC);
+    drop(listener);
+    let ([batches, quiet, guards, kbatches, kquiet, kguards], trapped) = match r {
+        Ok(x) => x,
+        Err(e) => return Case::fail(NAME, e),
+    };
+    let line = format!(
+        "a listener: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
+         batches, {kquiet} quiet, {kguards} guards; {trapped} executions the CPU saw trap"
+    );
+    log(&format!("listener: {line}"));
+    Case::check(
+        NAME,
+        batches > 0 && kbatches > 0 && quiet == 0 && kquiet == 0 && guards > 0 && kguards > 0,
+        format!("a quiet batch, or no guard, with a listener: {line}"),
+    )
+    .with_log(line)
+}
+
+/// What one listener start saw.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// Records replayed onto the copy.
+    pub replayed: usize,
+    /// Records the copy already held when it was read.
+    pub already: usize,
+}
+
+/// Replays `pokes` (time order, on `CLOCK_MONOTONIC`) onto `copy`, a copy of `[base, base +
+/// copy.len())` read before `copied_by`: each record's old bytes must be what the copy holds,
+/// unless it was timed before `copied_by` and the copy holds its new bytes already, or the copy
+/// holds the guard there.
+pub fn replay(
+    base: u64,
+    copy: &mut [u8],
+    pokes: &[TextPokeRec],
+    copied_by: u64,
+) -> Result<Start, String> {
+    let mut s = Start::default();
+    for p in pokes {
+        let Some(off) = p
+            .addr
+            .checked_sub(base)
+            .and_then(|o| usize::try_from(o).ok())
+        else {
+            continue;
+        };
+        let Some(at) = copy.get_mut(off..off.saturating_add(p.new.len())) else {
+            continue;
+        };
+        if *at == *p.old || is_guard(at) {
+            // A guard in the copy: it was read while the site's guarded change was under way,
+            // and this record completes it.
+            at.copy_from_slice(&p.new);
+            s.replayed += 1;
+        } else if *at == *p.new && p.time <= copied_by {
+            s.already += 1;
+        } else {
+            return Err(format!(
+                "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the listener's \
+                 copy holds {at:02x?}",
+                p.addr, p.time, p.old, p.new
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// Whether `bytes` begin with textpoke's guard (x86 `INT3`, arm64 `BRK #0x008`).
+fn is_guard(bytes: &[u8]) -> bool {
+    if is_x86() {
+        bytes.first() == Some(&0xcc)
+    } else {
+        bytes.get(..4) == Some(&0xd420_0100u32.to_le_bytes()[..])
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Toggles the function tracer and `sched_schedstats` until `stop`.
+fn kernel_storm(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<usize, String>> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        kernel_patching::filter(FILTER)?;
+        while !stop.load(Ordering::Relaxed) {
+            kernel_patching::tracer("function")?;
+            kernel_patching::write("/proc/sys/kernel/sched_schedstats", "1")?;
+            kernel_patching::tracer("nop")?;
+            kernel_patching::write("/proc/sys/kernel/sched_schedstats", "0")?;
+            n += 1;
+        }
+        kernel_patching::filter("")?;
+        Ok(n)
+    })
+}
+
+/// One listener start, `delay` into a storm: its copy plus its records against the text.
+pub fn one_start(kcore: &Kcore, sites: &[Site], delay: Duration) -> Result<(Start, usize), String> {
+    // The sites first: they are read at once, before a batch's writes that a broken handshake
+    // would leave unrecorded.
+    let regions = [region(sites), kernel_text()?];
+    let stop = Arc::new(AtomicBool::new(false));
+    let kernel = kernel_storm(stop.clone());
+    let flips = std::thread::spawn(|| exerciser::command(&format!("run {STORM_SPEC}")));
+    std::thread::sleep(delay);
+    let opened = Recorder::open_monotonic(&RecorderConfig { data_pages: 1024 });
+    let copies: Result<Vec<Vec<u8>>, String> = regions
+        .iter()
+        .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
+        .collect();
+    let copied_by = monotonic_ns();
+    let ran = flips.join().unwrap_or(Err(-1));
+    stop.store(true, Ordering::Relaxed);
+    let toggles = kernel
+        .join()
+        .unwrap_or(Err("the kernel storm panicked".into()))?;
+    let mut rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
+    ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
+    let drain = rec.drain();
+    drop(rec);
+    if drain.lost_events > 0 || !drain.errors.is_empty() {
+        return Err(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ));
+    }
+    let mut total = Start::default();
+    for (&(base, len), mut copy) in regions.iter().zip(copies?) {
+        let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
+        let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+        if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
+            return Err(format!(
+                "the listener's copy with its records ends unlike the text at {a:#x}"
+            ));
+        }
+        total.replayed += s.replayed;
+        total.already += s.already;
+    }
+    Ok((total, toggles))
+}
+
+/// [`STARTS`] listener starts spread over storms: `Ok(summary)` if every one agreed.
+pub fn mid_storm(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
+    let start = Instant::now();
+    let (mut replayed, mut already, mut toggles) = (0, 0, 0);
+    for k in 0..STARTS {
+        // From the storm's first moments to well into it.
+        let delay = Duration::from_millis(50 + 150 * k as u64);
+        let (s, t) = one_start(kcore, sites, delay)
+            .map_err(|e| format!("start {k} ({} ms in): {e}", delay.as_millis()))?;
+        replayed += s.replayed;
+        already += s.already;
+        toggles += t;
+    }
+    Ok(format!(
+        "{STARTS} listeners started mid-storm ({toggles} tracer and schedstats toggles beside \
+         `{STORM_SPEC}`): {replayed} records replayed onto their copies, {already} already in \
+         them, every copy equal to the text at its end, in {:.1} s",
+        start.elapsed().as_secs_f64()
+    ))
+}
+
+/// The group; `listening` is the suite's own listener, closed for its length.
+pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) -> Case {
+    *listening = None;
+    let mut children = vec![quiet_case(kcore, sites), guarded_case(kcore, sites)];
+    children.push(match mid_storm(kcore, sites) {
+        Ok(line) => Case::pass("listener_mid_storm").with_log(line),
+        Err(e) => Case::fail("listener_mid_storm", e),
+    });
+    *listening = Listener::open().ok();
+    Case::group("listener", children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poke(addr: u64, old: &[u8], new: &[u8], time: u64) -> TextPokeRec {
+        TextPokeRec {
+            addr,
+            old: old.to_vec(),
+            new: new.to_vec(),
+            time,
+            ..TextPokeRec::default()
+        }
+    }
+
+    #[test]
+    fn a_copy_read_after_a_change_may_hold_it_already() {
+        let mut copy = vec![1, 1, 2, 2];
+        let pokes = [
+            poke(0x100, &[1, 1], &[3, 3], 5),
+            poke(0x102, &[0, 0], &[2, 2], 9),
+        ];
+        let s = replay(0x100, &mut copy, &pokes, 10).unwrap();
+        assert_eq!((s.replayed, s.already), (1, 1));
+        assert_eq!(copy, [3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn an_unrecorded_change_after_the_copy_is_caught() {
+        // The copy holds 0; the text was changed to 1 unrecorded after it, then recorded back.
+        let mut copy = vec![0];
+        let pokes = [poke(0x100, &[1], &[0], 20)];
+        assert!(replay(0x100, &mut copy, &pokes, 10).is_err());
+        // Had that record been timed before the copy was read, the copy may hold its result.
+        let mut copy = vec![0];
+        assert!(replay(0x100, &mut copy, &pokes, 30).is_ok());
+    }
+}
