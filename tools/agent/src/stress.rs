@@ -2,7 +2,8 @@
 //! every cycle try to unload both while a scenario's batches and executors are live.
 //!
 //! A cycle loads textpoke (its self-test runs at every load) and the exerciser (with a few sites
-//! per pool, [`EXERCISER_PARAMS`]), starts a small scenario in a thread (the exerciser's `run`
+//! per pool, [`EXERCISER_PARAMS`]), opens a listener in every other cycle (so that half the
+//! cycles' batches are guarded and recorded, half quiet), starts a small scenario in a thread (the exerciser's `run`
 //! command blocks until it is done) and, while it runs, keeps calling `delete_module` on the
 //! exerciser and on textpoke: each call must be refused with `EAGAIN` (the exerciser is pinned by
 //! its open control file and by every batch holding its sites; textpoke by the exerciser's use of
@@ -327,12 +328,18 @@ fn cycle(i: usize, t: &mut Tally, first_selftest: &mut Option<Case>) -> Result<(
     let idle = refcount("textpoke").ok_or(format!("cycle {i}: textpoke has no refcnt"))?;
     let late_before = t.late;
     let mut live = false;
+    // Every other cycle with a listener: its batches guarded and recorded, the others quiet.
+    let listening = (i % 2 == 1)
+        .then(textpoke_agent::perf::Listener::open)
+        .transpose()
+        .map_err(|e| format!("cycle {i}: opening a listener: {e}"))?;
     for _ in 0..RUNS_PER_CYCLE {
         live |= busy_run(i, idle, t);
         if live || !is_loaded("textpoke_exerciser") {
             break;
         }
     }
+    drop(listening);
     if !live {
         t.unobserved.push(i);
     }
