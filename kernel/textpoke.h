@@ -18,6 +18,13 @@
  * stop_machine() step of the same batch, with its record emitted while every
  * other CPU is parked; it costs one more all-CPU rendezvous.
  *
+ * All of that is for a tracer. When no perf event asks for TEXT_POKE records
+ * (perf_text_poke_listening(), decided under text_mutex, which the batch then
+ * holds to its end so that no listener can arrive half way), a batch emits no
+ * record, and on arm64 writes the new instructions without guards and
+ * synchronizes once, as the kernel's own arm64 patching does; x86 keeps its
+ * guards, which a torn instruction rules out (docs/protocol.md).
+ *
  * Only registered sites of a module's own core text can be patched, never
  * textpoke's own text (its trap path), and only by the module that
  * registered them. Sites of a module that goes away are forgotten. Every
@@ -80,7 +87,7 @@ struct textpoke_batch_stats {
 	u32 sites;	/* sites changed */
 	u32 syncs;	/* all-CPU syncs (IPI rounds; a stop_machine() step counts one) */
 	u32 writes;	/* text writes */
-	u32 records;	/* PERF_RECORD_TEXT_POKE records emitted */
+	u32 records;	/* PERF_RECORD_TEXT_POKE records emitted (0: none listened) */
 };
 
 /* Encode @op at @site (jumping or calling to @target), @len bytes, into @out. */
