@@ -1,10 +1,11 @@
 //! Host build of textpoke's pure logic.
 //!
-//! Every module below except [`model`] and [`replay`] is a file of the kernel module, included
-//! here through `#[path]`, so `cargo test` exercises exactly the source the kernel compiles. Those
-//! files use only `core`, never allocate and never panic. The host-only [`model`] uses `std`; the
-//! host-only [`replay`] (the parser and replayer of the records [`record`] writes) keeps to `core`
-//! like the kernel's files.
+//! Every module below except [`model`], [`listener`] and [`replay`] is a file of the kernel
+//! module, included here through `#[path]`, so `cargo test` exercises exactly the source the
+//! kernel compiles. Those files use only `core`, never allocate and never panic. The host-only
+//! models, [`model`] (instruction caches) and [`listener`] (the listener handshake), use `std`;
+//! the host-only [`replay`] (the parser and replayer of the records [`record`] writes) keeps to
+//! `core` like the kernel's files.
 
 #[path = "../../../kernel/insn.rs"]
 pub mod insn;
@@ -33,5 +34,7 @@ pub mod refusal;
 pub mod atomic;
 
 pub mod model;
+
+pub mod listener;
 
 pub mod replay;
