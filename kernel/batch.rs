@@ -248,6 +248,7 @@ impl Batch {
         if early.unwrap_or_else(|| common.listening(text.holds())) {
             let locks = ModuleLocks {
                 text: Some(text),
+                across: AcrossSyncs::Released,
                 hotplug,
                 kprobes: Some(kprobes),
                 common,
@@ -464,6 +465,10 @@ trait TextAccess {
     /// and the kernel's own pokers write meanwhile) and held throughout where the caller holds
     /// it, as upstream's batches hold it across their syncs.
     fn sync(&mut self, f: impl FnOnce());
+    /// The commit has emitted a record: from now to its end, a sync no longer lets go of
+    /// `text_mutex`. A listener counted between a record and the write that completes it would
+    /// copy the guard and never get the record (`docs/protocol.md`, "When nobody listens").
+    fn recorded(&mut self);
     /// For a parked section: `text_mutex`, held from now as [`TextAccess::hold`] holds it, and
     /// the CPU-hotplug read lock `stop_machine_cpuslocked()` needs. Only a module's batch holds
     /// that one; a kernel batch cannot take it inside its caller's `text_mutex`, and has no
@@ -474,8 +479,11 @@ trait TextAccess {
 /// A module batch's locks, taken in the order the kernel's pokers take them and released in
 /// the reverse one (fields drop in declaration order).
 struct ModuleLocks<'a> {
-    /// `text_mutex`, for each run of writes and records, never across a sync.
+    /// `text_mutex`, for each run of writes and records; across a sync only once a record went
+    /// out (`across`).
     text: Option<TextLock<'a>>,
+    /// What a sync does with `text_mutex`.
+    across: AcrossSyncs,
     /// The CPU-hotplug read lock, for the whole commit: a stable CPU set for the syncs and
     /// the parked section.
     hotplug: HotplugGuard,
@@ -497,11 +505,17 @@ impl TextAccess for ModuleLocks<'_> {
     }
 
     fn sync(&mut self, f: impl FnOnce()) {
-        self.text = None;
+        if self.across == AcrossSyncs::Released {
+            self.text = None;
+        }
         // Every guard is written by the first sync: kprobes sees them from here on, and
         // refuses these sites.
         self.kprobes = None;
         f();
+    }
+
+    fn recorded(&mut self) {
+        self.across = AcrossSyncs::Held;
     }
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
@@ -509,6 +523,16 @@ impl TextAccess for ModuleLocks<'_> {
         let text = self.text.get_or_insert_with(|| common.lock_text());
         Some((text.holds(), &self.hotplug))
     }
+}
+
+/// Whether a module batch's sync lets go of `text_mutex`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AcrossSyncs {
+    /// Before its first record: other batches and the kernel's pokers write meanwhile.
+    Released,
+    /// From its first record to its end: no listener is counted until every write that
+    /// completes a record is made (patch 0011 counts listeners under `text_mutex`).
+    Held,
 }
 
 /// A quiet module batch's locks (no tracer listened when it took `text_mutex`): all held for the
@@ -531,6 +555,8 @@ impl TextAccess for QuietLocks<'_> {
         f();
     }
 
+    fn recorded(&mut self) {}
+
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         Some((self.text.holds(), &self.hotplug))
     }
@@ -551,6 +577,9 @@ impl TextAccess for CallerHeld<'_> {
     fn sync(&mut self, f: impl FnOnce()) {
         f();
     }
+
+    // The caller holds `text_mutex` throughout already.
+    fn recorded(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         None
@@ -926,6 +955,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
     fn emit(&mut self, i: usize, what: Emit) -> Result {
         let e = self.entry(i)?;
         self.text.hold();
+        self.text.recorded();
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
             // one CPU so the log names the right one.

@@ -12,10 +12,11 @@
 //! [`plan::Protocol::Quiet`] if not), with `text_mutex` held as [`Locking`] says:
 //!
 //! - take `text_mutex`, decide (read the count of listeners);
-//! - a guarded module batch releases `text_mutex` across each sync and takes it again for its
-//!   next write or record (`ModuleLocks` in kernel/batch.rs), so a listener may be counted
-//!   between its steps; a quiet one holds it to its end (`QuietLocks`); a kernel batch's caller
-//!   holds it throughout either way (`CallerHeld`);
+//! - a guarded module batch releases `text_mutex` across each sync before its first record and
+//!   takes it again for its next write or record, and keeps it from its first record to its end
+//!   (`ModuleLocks` and `AcrossSyncs` in kernel/batch.rs), so a listener may be counted between
+//!   its guards and its first record but not after; a quiet one holds it to its end
+//!   (`QuietLocks`); a kernel batch's caller holds it throughout either way (`CallerHeld`);
 //! - every write and record is made under `text_mutex`, each record stamped from a global clock;
 //!   between the parked section's start and end no other CPU runs, so no listener acts.
 //!
@@ -51,8 +52,9 @@
 //! ([`Attach::Later`]); that the copy reads each instruction in one piece ([`Reads::Chunks`]);
 //! and that no listener is counted between a site's record and its head write, which a second
 //! listener arriving while an x86 module batch has released `text_mutex` across the sync
-//! between its records and its heads breaks ([`Locking::ModuleHoldingAfterRecords`] keeps the
-//! mutex over that sync and closes it).
+//! between its records and its heads would break: [`Locking::Module`] keeps the mutex from
+//! the first record on, and [`Locking::ModuleReleasingAcrossSyncs`], which does not, is the
+//! control that shows the window.
 //!
 //! States are deduplicated and the number of interleavings (paths from the start to an end
 //! state) is counted over the state graph, which is acyclic: every step advances the patcher's
@@ -70,15 +72,17 @@ use std::collections::HashMap;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Locking {
     /// A module batch (`Batch::commit`): decides under `text_mutex`; guarded, it releases the
-    /// mutex across each sync; quiet, it holds it to its end.
+    /// mutex across each sync until it emits its first record and keeps it from then to its end
+    /// (x86 then holds it across the sync between the records and the heads), so a listener is
+    /// counted before a site's record or after its head, never between the two; quiet, it
+    /// holds it to its end.
     Module,
     /// A kernel batch (`Batch::commit_kernel`): the caller holds `text_mutex` from before the
     /// decision to after the last step, guarded or quiet.
     Caller,
-    /// A module batch that, once it has emitted a record, keeps `text_mutex` to its end (x86
-    /// then holds it across the sync between the records and the heads): a listener is then
-    /// counted before a site's record or after its head, never between the two.
-    ModuleHoldingAfterRecords,
+    /// Negative control: a guarded module batch that releases `text_mutex` across every sync,
+    /// the sync between its records and its heads too.
+    ModuleReleasingAcrossSyncs,
     /// Negative control, defect 12: decides under `text_mutex`, releases it, takes it again and
     /// commits by the stale answer (then as [`Locking::Module`]).
     Skipped,
@@ -276,7 +280,7 @@ fn program(
                 Op::Write { site, text: t }
             }
             Step::Emit(i) | Step::EmitBefore(i) | Step::EmitAfter(i) => {
-                if locking == Locking::ModuleHoldingAfterRecords {
+                if matches!(locking, Locking::Module | Locking::Skipped) {
                     releases = false;
                 }
                 let (site, c) = batch[i];
