@@ -138,8 +138,10 @@ fn ftrace_cases(dirs: &[String]) -> Result<Vec<String>, String> {
     Ok(cases)
 }
 
-/// Runs ftracetest on `cases`; its KTAP, parsed.
+/// Runs ftracetest on `cases`; its KTAP, parsed. Each case's result line goes to the log with
+/// the seconds since the one before, which is what the case took.
 fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
+    use std::io::BufRead;
     let logdir = "/tmp/ftracetest-logs";
     let _ = std::fs::remove_dir_all(logdir);
     let mut child = Command::new("/bin/sh")
@@ -151,19 +153,39 @@ fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("starting ftracetest: {e}"))?;
+    let stdout = child.stdout.take().ok_or("ftracetest: no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut last = Instant::now();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("ok ") || line.starts_with("not ok ") {
+                log(&format!(
+                    "ftracetest: {line} ({:.1} s)",
+                    last.elapsed().as_secs_f64()
+                ));
+                last = Instant::now();
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
     let start = Instant::now();
     loop {
         match child.try_wait().map_err(|e| e.to_string())? {
             Some(_) => break,
             None if start.elapsed() > FTRACETEST_LIMIT => {
                 let _ = child.kill();
+                let _ = child.wait();
                 return Err(format!("ftracetest ran longer than {FTRACETEST_LIMIT:?}"));
             }
             None => std::thread::sleep(Duration::from_millis(200)),
         }
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = reader
+        .join()
+        .map_err(|_| "ftracetest: the output reader panicked")?;
     let results = parse_ftracetest(&text);
     if results.len() != cases.len() {
         return Err(format!(

@@ -691,6 +691,16 @@ pub fn parse_kunit_summary(output: &str) -> Option<KunitCounts> {
     Some(c)
 }
 
+/// Whether kunit.py's counts of a log are the runner's. Two counts of nothing agree only
+/// vacuously: a log with no test in it (a boot that timed out before printing its KTAP) fails.
+pub fn kunit_agrees(k: &KunitCounts, ours: &Counts) -> bool {
+    k.total > 0
+        && k.passed == ours.passed
+        && k.failed == ours.failed
+        && k.skipped == ours.skipped
+        && k.total == ours.passed + ours.failed + ours.skipped
+}
+
 /// Runs `python3 KUNIT parse LOG` and compares its counts with the runner's for the same log;
 /// writes `DIR/NAME.kunit.json` as a one-test check and returns its report.
 pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootReport, String> {
@@ -719,10 +729,7 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
                 ),
                 Some(k) => {
                     let ours = boot.counts;
-                    let same = k.passed == ours.passed
-                        && k.failed == ours.failed
-                        && k.skipped == ours.skipped
-                        && k.total == ours.passed + ours.failed + ours.skipped;
+                    let same = kunit_agrees(&k, &ours);
                     (
                         same,
                         format!(
@@ -881,6 +888,25 @@ pub fn summary_line(r: &BootReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kunit_agreeing_on_no_test_fails() {
+        let none = KunitCounts::default();
+        assert!(!kunit_agrees(&none, &Counts::default()));
+        let some = KunitCounts {
+            total: 3,
+            passed: 2,
+            failed: 1,
+            skipped: 0,
+        };
+        let ours = Counts {
+            passed: 2,
+            failed: 1,
+            skipped: 0,
+        };
+        assert!(kunit_agrees(&some, &ours));
+        assert!(!kunit_agrees(&some, &Counts { passed: 3, ..ours }));
+    }
 
     #[test]
     fn test_plan_covers_both_arches_and_the_harness() {
