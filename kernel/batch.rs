@@ -358,12 +358,20 @@ impl Batch {
         // but a racing batch with an overlapping site is refused before anything is written).
         // A kernel batch's caller holds `text_mutex`: it takes the slot kept for it
         // (`pending::ENGINE_SLOTS` says why).
-        let published =
-            engine
-                .table
-                .with_published_in(self.kernel, &self.entries, cpu::cond_resched, || {
-                    run.plan(defect, protocol)
-                });
+        // Before the batch is published and before its first write, under `text_mutex`, which
+        // the writes that follow keep: no site's text may have changed since the batch took it
+        // (a kprobe armed, another patcher's write). A batch that finds one is never published
+        // (a trap at a kprobe's breakpoint there would find the site in the table, and the
+        // probe's handler would never run) and writes nothing.
+        let published = match run.check_text() {
+            Err(e) => Ok(Err(e)),
+            Ok(()) => engine.table.with_published_in(
+                self.kernel,
+                &self.entries,
+                cpu::cond_resched,
+                || run.plan(defect, protocol),
+            ),
+        };
         let table_ns = clock::now().saturating_sub(table_start);
         // So far only the plan's steps.
         let mut parts = run.parts;
@@ -530,8 +538,9 @@ impl TextAccess for ModuleLocks<'_> {
 enum AcrossSyncs {
     /// Before its first record: other batches and the kernel's pokers write meanwhile.
     Released,
-    /// From its first record to its end: no listener is counted until every write that
-    /// completes a record is made (patch 0011 counts listeners under `text_mutex`).
+    /// From its first record until it has left the pending table: no listener is counted
+    /// until every write that completes a record is made (patch 0011 counts listeners under
+    /// `text_mutex`), and no kprobe is armed at a site the table still claims.
     Held,
 }
 
@@ -654,10 +663,6 @@ impl<'a, A: TextAccess> Run<'a, A> {
         let mut plan = Plan::with_protocol(CurrentArch::PLAN, protocol, entries);
         // The one change a step-skipping defect hits: the first guarded one.
         let victim = entries.iter().position(|e| !e.change.parked);
-        // Before the first write, under `text_mutex`, which the writes that follow keep: no
-        // site's text may have changed since the batch took it (a kprobe armed, another
-        // patcher's write). A batch that finds one writes nothing.
-        self.check_text()?;
         let mut heads_checked = false;
         while let Some(step) = plan.next() {
             let skipped = match (defect, step) {
@@ -773,7 +778,11 @@ impl<'a, A: TextAccess> Run<'a, A> {
             self.recover();
             return Err(e);
         }
-        self.release_text();
+        // `text_mutex` stays held until the batch has left the pending table (the run's locks
+        // drop after it, in `commit_with`): a kprobe armed at a site whose head is written but
+        // whose batch is still published would trap into a table that claims the site, and
+        // its handler would never run. kprobes arms under `text_mutex`, as upstream's
+        // `text_poke_bp()` makes it wait for the whole poke.
         if let Some(i) = self.conflict.iter().position(|c| *c) {
             pr_err!(
                 "batch {}: site {:#x} changed while its guard stood; left as another patcher wrote it\n",

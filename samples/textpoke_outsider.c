@@ -34,6 +34,7 @@
  */
 
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/jump_label.h>
 #include <linux/kdebug.h>
 #include <linux/kprobes.h>
@@ -62,17 +63,25 @@ MODULE_PARM_DESC(kprobe_at, "address the kprobe command arms a kprobe at");
  */
 #ifdef CONFIG_X86_64
 #include <asm/ibt.h>
+#include <asm/nospec-branch.h>
 #include <linux/objtool.h>
 #define SITE_LEN 5
+/*
+ * A bare RET, as the tests need sites made of exact instructions: objtool is told it is meant
+ * (a kernel with return thunks allows none otherwise), and that the instruction after a site,
+ * whose address the kprobe race takes, is no indirect branch target.
+ */
+#define SITE_RET ANNOTATE_NOENDBR ANNOTATE_RETPOLINE_SAFE "ret\n"
+
 #define FUNC(name, body)					\
 	".balign 16\n.globl " #name "\n" #name ":\n" body	\
 	".type " #name ", @function\n.size " #name ", . - " #name "\n"
 asm(".pushsection .text, \"ax\"\n"
-    FUNC(outsider_site0, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
-    FUNC(outsider_site1, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
-    FUNC(outsider_site2, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
-    FUNC(outsider_site3, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\nret\n")
-    FUNC(outsider_int3, ASM_ENDBR ANNOTATE_NOENDBR "int3\nret\n")
+    FUNC(outsider_site0, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+    FUNC(outsider_site1, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+    FUNC(outsider_site2, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+    FUNC(outsider_site3, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+    FUNC(outsider_int3, ASM_ENDBR ANNOTATE_NOENDBR "int3\n" SITE_RET)
     ".popsection\n");
 static const u8 unlisted[] = { 0x0f, 0x0b, 0x90, 0x90, 0x90 };	/* UD2 + NOPs */
 static const u8 guard[] = { 0xcc, 0x90, 0x90, 0x90, 0x90 };
@@ -485,22 +494,22 @@ extern char outsider_brk[];
 #endif
 
 /*
- * The kprobe race: a committer thread changes site 3 back and forth while the control write's
- * thread arms a kprobe there, runs the site and disarms the probe, each RACE_RUNS times.
+ * The kprobe race: a committer thread changes site 3 back and forth, for as long as the control
+ * write's thread goes on arming a kprobe there, running the site RACE_RUNS times and disarming
+ * the probe, n times: the two overlap throughout, however fast either goes.
  */
 #define RACE_RUNS 3
 
 static struct {
-	unsigned int n;
 	u8 insn[2][SITE_LEN];	/* what the site holds, and the change */
 	int commits, refused, commit_errors, first_error;
 } race;
 
 static int race_committer(void *data)
 {
-	unsigned int i, cur = 0;
+	unsigned int cur = 0;
 
-	for (i = 0; i < race.n; i++) {
+	while (!kthread_should_stop()) {
 		struct textpoke_batch *b;
 		int ret = textpoke_batch_begin(&b);
 
@@ -514,7 +523,9 @@ static int race_committer(void *data)
 			race.commits++;
 			cur = !cur;
 		} else if (ret == -EIO) {
+			/* A probe stands there; each refusal logs a line: let the probe's round go on. */
 			race.refused++;
+			msleep(1);
 		} else {
 			race.commit_errors++;
 			race.first_error = race.first_error ?: ret;
@@ -533,7 +544,6 @@ static int kprobe_race(unsigned int n)
 	u8 now[SITE_LEN];
 
 	memset(&race, 0, sizeof(race));
-	race.n = n;
 	memcpy(race.insn[0], site(3), SITE_LEN);
 	ret = textpoke_encode(TEXTPOKE_JMP, site(3), site(3) + SITE_LEN, SITE_LEN, race.insn[1]);
 	if (!ret)
