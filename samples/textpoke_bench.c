@@ -145,8 +145,13 @@ static unsigned int gap_bucket(u64 ns)
  */
 #ifdef CONFIG_X86_64
 #include <asm/ibt.h>
+#include <asm/nospec-branch.h>
 #include <linux/objtool.h>
 #define SITE_LEN 5
+/*
+ * The RETs are bare, as a site's neighbours must be exact instructions; objtool is told they
+ * are meant (ANNOTATE_RETPOLINE_SAFE), which a kernel with return thunks otherwise refuses.
+ */
 /* With IBT each function is called through a pointer and starts with ENDBR64: the site follows. */
 #define SITE_OFFSET ENDBR_INSN_SIZE
 asm(".pushsection .text, \"ax\"\n"
@@ -160,12 +165,12 @@ asm(".pushsection .text, \"ax\"\n"
     ANNOTATE_NOENDBR
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
     "xorl %eax, %eax\n"
-    "ret\n"
+    ANNOTATE_RETPOLINE_SAFE "ret\n"
     /* The taken path is 16 bytes after the site (and, like it, no indirect branch target). */
     ".skip 8, 0xcc\n"
     ANNOTATE_NOENDBR
     "movl $1, %eax\n"
-    "ret\n"
+    ANNOTATE_RETPOLINE_SAFE "ret\n"
     ".endr\n"
     ".type bench_sites, @function\n"
     ".size bench_sites, . - bench_sites\n"

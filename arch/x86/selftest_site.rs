@@ -14,7 +14,9 @@ use crate::insn::InsnError;
 // directly, and the site jumps to the other once patched), so neither needs an ENDBR64 where the
 // kernel has indirect-branch tracking. Both addresses are taken, though, which objtool --ibt
 // flags unless told that they are no indirect branch targets: `.discard.noendbr`, the kernel's
-// ANNOTATE_NOENDBR (include/linux/objtool.h).
+// ANNOTATE_NOENDBR (include/linux/objtool.h). Their RETs are bare, as the site's neighbours
+// must be exact instructions: `.discard.retpoline_safe`, the kernel's ANNOTATE_RETPOLINE_SAFE
+// (arch/x86/include/asm/nospec-branch.h), tells objtool so where the kernel has return thunks.
 
 /// Returns 0 through its fall-through path: the site is a 5-byte NOP at its entry.
 #[unsafe(naked)]
@@ -26,6 +28,10 @@ extern "C" fn textpoke_selftest_site() -> u32 {
         ".popsection",
         ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
         "xor eax, eax",
+        "3:",
+        ".pushsection .discard.retpoline_safe",
+        ".long 3b",
+        ".popsection",
         "ret",
     )
 }
@@ -39,6 +45,10 @@ extern "C" fn textpoke_selftest_taken() -> u32 {
         ".long 2b",
         ".popsection",
         "mov eax, 1",
+        "3:",
+        ".pushsection .discard.retpoline_safe",
+        ".long 3b",
+        ".popsection",
         "ret",
     )
 }

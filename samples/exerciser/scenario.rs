@@ -29,6 +29,9 @@ pub(crate) struct Spec {
     pub(crate) ftrace: usize,
     pub(crate) flips: usize,
     pub(crate) pokers: usize,
+    /// A CPU the pokers stay off (`avoid=N`): the one the guest's hotplug group takes offline
+    /// and back, where perf's per-CPU events stop at the first offline and would miss records.
+    pub(crate) avoid: Option<usize>,
 }
 
 impl Spec {
@@ -40,6 +43,7 @@ impl Spec {
             ftrace: 0,
             flips: 0,
             pokers: 1,
+            avoid: None,
         };
         for word in words
             .split(|b| b.is_ascii_whitespace())
@@ -59,6 +63,7 @@ impl Spec {
                 b"ftrace" => spec.ftrace = v,
                 b"flips" => spec.flips = v,
                 b"pokers" => spec.pokers = v,
+                b"avoid" => spec.avoid = Some(v),
                 _ => return Err(EINVAL),
             }
         }
@@ -378,10 +383,19 @@ pub(crate) fn run(shared: &Arc<Shared>, spec: Spec) -> Result<Outcome> {
             }),
             GFP_KERNEL,
         )?;
-        threads.push(
-            Kthread::spawn(c_str!("textpoke_poker"), p.clone(), poke)?,
-            GFP_KERNEL,
-        )?;
+        let thread = match spec.avoid {
+            None => Kthread::spawn(c_str!("textpoke_poker"), p.clone(), poke)?,
+            Some(avoid) => {
+                // Round-robin over the other online CPUs, each poker bound to one.
+                let others = || crate::cpu::online().filter(move |&c| c != avoid);
+                let n = others().count();
+                let cpu = others()
+                    .nth(index.checked_rem(n).ok_or(EINVAL)?)
+                    .ok_or(EINVAL)?;
+                Kthread::on_cpu(cpu, c_str!("textpoke_poker/%u"), p.clone(), poke)?
+            }
+        };
+        threads.push(thread, GFP_KERNEL)?;
         pokers.push(p, GFP_KERNEL)?;
     }
     while !pokers.iter().all(|p| p.done.load(Ordering::Acquire)) {

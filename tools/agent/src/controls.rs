@@ -427,12 +427,17 @@ fn registered_over_owners(
 
 /// A module batch that lets go of `text_mutex` between finding no listener and writing (the
 /// seeded defect) must break a mid-storm listener's copy: the listener check of `listener.rs`,
-/// with nobody else listening, must fail on a record or on the copy's end.
+/// with nobody else listening and the exerciser's batches alone, must fail on a record or on
+/// the copy's end.
 fn listener_handshake_control(kcore: &Kcore) -> Case {
     const NAME: &str = defects::SKIP_LISTENER_HANDSHAKE.caught_by;
     let run = || -> Result<String, String> {
         let (_, outcome) = under_defect(defects::SKIP_LISTENER_HANDSHAKE.mode, |sites| {
-            Ok(crate::listener::mid_storm(kcore, sites))
+            Ok(crate::listener::mid_storm(
+                kcore,
+                sites,
+                crate::listener::Storm::ModuleOnly,
+            ))
         })?;
         match outcome {
             Err(e) if e.contains("listener's copy") => Ok(format!("caught: {e}")),

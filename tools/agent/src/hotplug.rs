@@ -23,8 +23,13 @@ use textpoke_agent::sys;
 
 use crate::{kernel_patching, log, scenario};
 
-/// The scenario run while CPUs come and go: every kind of site, two pokers.
-const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9 pokers=2";
+/// The scenario run while CPUs come and go: every kind of site, two pokers (which stay off
+/// the CPU that comes and goes: `avoid=`, added by [`cases`]); an odd number of flips, so that
+/// the text ends changed and its replay proves something.
+const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=31 pokers=2";
+
+/// How long the scenario is run again and again to reach [`MIN_OVERLAPPING`].
+const SCENARIO_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Hotplug operations (an offline or an online) that must overlap a batch in a boot.
 pub const MIN_OVERLAPPING: usize = 100;
@@ -101,6 +106,14 @@ impl Hotplugger {
         }
     }
 
+    /// Operations so far during which a batch ended.
+    fn overlapping(&self) -> usize {
+        self.tally
+            .lock()
+            .map(|t| t.overlapping)
+            .unwrap_or_else(|e| e.into_inner().overlapping)
+    }
+
     fn stop(self) -> Tally {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
@@ -123,11 +136,42 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     log(&format!(
         "hotplug: cpu{cpu} goes offline and online meanwhile"
     ));
+    // Every patcher the group runs stays off that CPU: the agent (whose writes make the
+    // kernel's changes) and the exerciser's pokers. perf's per-CPU events stop for good when
+    // their CPU goes offline, so a record emitted there afterwards would reach no recorder, as
+    // it would reach no `perf record`. The executors run there too, and meet the guards.
+    let others: Vec<u32> = cpus.iter().copied().filter(|&c| c != cpu).collect();
+    if let Err(e) = sys::set_affinity(&others) {
+        return Case::fail(NAME, format!("keeping the agent off cpu{cpu}: {e}"));
+    }
     let start = Instant::now();
     let plug = Hotplugger::start(cpu);
-    let mut children = vec![scenario::case("hotplug_scenario", SPEC, 1, sites, kcore)];
+    let spec = format!("{SPEC} avoid={cpu}");
+    // The scenario again and again until enough operations overlapped a batch (or its time is
+    // up): every run is judged in full.
+    let mut runs = Vec::new();
+    loop {
+        let k = runs.len();
+        runs.push(scenario::case(
+            &format!("hotplug_scenario_{k}"),
+            &spec,
+            1,
+            sites,
+            kcore,
+        ));
+        if plug.overlapping() >= MIN_OVERLAPPING || start.elapsed() > SCENARIO_LIMIT {
+            break;
+        }
+    }
+    let mut children = vec![Case::group("hotplug_scenario", runs)];
     children.extend(kernel_patching::hotplug_transitions(kcore));
     let t = plug.stop();
+    if let Err(e) = sys::set_affinity(&cpus) {
+        children.push(Case::fail(
+            "hotplug_affinity_restored",
+            format!("letting the agent back on every CPU: {e}"),
+        ));
+    }
     let back = sys::online_cpus().map(|c| c.len()).unwrap_or(0);
     let line = format!(
         "cpu{cpu} taken offline or brought online {} times in {:.0} s, {} of them while a \

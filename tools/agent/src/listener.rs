@@ -249,13 +249,32 @@ fn kernel_storm(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<usize, 
     })
 }
 
+/// What a storm is made of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Storm {
+    /// The exerciser's flips and the kernel's own changes (function tracer, `sched_schedstats`).
+    ModuleAndKernel,
+    /// The exerciser's flips alone. The handshake control's: the kernel's updates hold
+    /// `text_mutex` for a whole function-tracer toggle, and a listener's count waits behind
+    /// them, so it would seldom land in the window the seeded defect opens.
+    ModuleOnly,
+}
+
 /// One listener start, `delay` into a storm: its copy plus its records against the text.
-pub fn one_start(kcore: &Kcore, sites: &[Site], delay: Duration) -> Result<(Start, usize), String> {
+pub fn one_start(
+    kcore: &Kcore,
+    sites: &[Site],
+    delay: Duration,
+    storm: Storm,
+) -> Result<(Start, usize), String> {
     // The sites first: they are read at once, before a batch's writes that a broken handshake
     // would leave unrecorded.
     let regions = [region(sites), kernel_text()?];
     let stop = Arc::new(AtomicBool::new(false));
-    let kernel = kernel_storm(stop.clone());
+    let kernel = match storm {
+        Storm::ModuleAndKernel => Some(kernel_storm(stop.clone())),
+        Storm::ModuleOnly => None,
+    };
     let flips = std::thread::spawn(|| exerciser::command(&format!("run {STORM_SPEC}")));
     std::thread::sleep(delay);
     let opened = Recorder::open_monotonic(&RecorderConfig { data_pages: 1024 });
@@ -266,9 +285,12 @@ pub fn one_start(kcore: &Kcore, sites: &[Site], delay: Duration) -> Result<(Star
     let copied_by = monotonic_ns();
     let ran = flips.join().unwrap_or(Err(-1));
     stop.store(true, Ordering::Relaxed);
-    let toggles = kernel
-        .join()
-        .unwrap_or(Err("the kernel storm panicked".into()))?;
+    let toggles = match kernel {
+        Some(k) => k
+            .join()
+            .unwrap_or(Err("the kernel storm panicked".into()))?,
+        None => 0,
+    };
     let mut rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
     ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
     let drain = rec.drain();
@@ -295,13 +317,13 @@ pub fn one_start(kcore: &Kcore, sites: &[Site], delay: Duration) -> Result<(Star
 }
 
 /// [`STARTS`] listener starts spread over storms: `Ok(summary)` if every one agreed.
-pub fn mid_storm(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
+pub fn mid_storm(kcore: &Kcore, sites: &[Site], storm: Storm) -> Result<String, String> {
     let start = Instant::now();
     let (mut replayed, mut already, mut toggles) = (0, 0, 0);
     for k in 0..STARTS {
         // From the storm's first moments to well into it.
         let delay = Duration::from_millis(50 + 150 * k as u64);
-        let (s, t) = one_start(kcore, sites, delay)
+        let (s, t) = one_start(kcore, sites, delay, storm)
             .map_err(|e| format!("start {k} ({} ms in): {e}", delay.as_millis()))?;
         replayed += s.replayed;
         already += s.already;
@@ -319,7 +341,7 @@ pub fn mid_storm(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
 pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) -> Case {
     *listening = None;
     let mut children = vec![quiet_case(kcore, sites), guarded_case(kcore, sites)];
-    children.push(match mid_storm(kcore, sites) {
+    children.push(match mid_storm(kcore, sites, Storm::ModuleAndKernel) {
         Ok(line) => Case::pass("listener_mid_storm").with_log(line),
         Err(e) => Case::fail("listener_mid_storm", e),
     });

@@ -628,7 +628,8 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Opens the events on every online CPU, maps their buffers and enables the events.
+    /// Opens the events on every online CPU, maps their buffers and enables the events. A CPU
+    /// that goes offline meanwhile is left out (it has no event to open).
     ///
     /// Errors carry the errno of the failing call: `perf_event_open` (`EACCES` without
     /// `CAP_PERFMON`, `EINVAL` if the kernel lacks `text_poke`, `ENODEV`/`EINVAL` for an offline
@@ -653,9 +654,20 @@ impl Recorder {
         let cpus = crate::sys::online_cpus()?;
         let mut buffers = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
-            let fd = perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)?;
+            let fd = match perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) {
+                Ok(fd) => fd,
+                // Gone offline since the list was read (the hotplug group takes one CPU
+                // offline and back all the time, and keeps every patcher it runs off it). perf
+                // has no event there, as `perf record` would not: a record emitted on that
+                // CPU later is lost, and the replay of what was recorded fails on it.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
+                Err(e) => return Err(e),
+            };
             let mapped = MappedRing::map(&fd, config.data_pages)?;
             buffers.push(CpuBuffer { cpu, fd, mapped });
+        }
+        if buffers.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
         }
         let recorder = Self {
             buffers,

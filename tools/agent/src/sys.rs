@@ -183,6 +183,23 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
     })
 }
 
+/// Restricts the calling thread, and the threads it starts from now on, to `cpus`
+/// (`sched_setaffinity`).
+pub fn set_affinity(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: An all-zero `cpu_set_t` is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: `set` is a valid `cpu_set_t`; CPU_SET ignores numbers past its size.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    // SAFETY: `set` is valid for reads of its size; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Parses a kernel CPU list such as `0-3,5` (`cpulist_parse` format, including the `0-7:2`
 /// stride form) into sorted, deduplicated CPU numbers. An empty list gives an empty vector.
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
