@@ -106,7 +106,7 @@ pub(crate) fn failing_write() -> Option<u32> {
 }
 
 /// Under [`Defect::SkipListenerHandshake`] (debug builds): whether anyone listened, decided
-/// under `text_mutex` and then, wrongly, not kept: the mutex is released for half a second,
+/// under `text_mutex` and then, wrongly, not kept: the mutex is released for a second,
 /// longer than a recorder takes to open its per-CPU events and map their buffers, in which a
 /// listener is counted and copies the text, before the batch takes its locks and writes by the
 /// stale answer. `None` otherwise, and always in a production build.
@@ -119,7 +119,7 @@ pub(crate) fn decided_early(common: &crate::series::Common) -> Option<bool> {
         };
         kernel::pr_warn!("DELIBERATELY BROKEN: the listener handshake skipped (debug_protocol)\n");
         // SAFETY: Process context (a commit), no lock held.
-        unsafe { kernel::bindings::msleep(500) };
+        unsafe { kernel::bindings::msleep(1000) };
         return Some(listening);
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]

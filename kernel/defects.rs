@@ -90,7 +90,7 @@ defects! {
         "registration skips the check that no other in-kernel patcher owns the text";
     SKIP_LISTENER_HANDSHAKE = 12 "skip_listener_handshake" Guest
         "control_listener_handshake_skipped_caught"
-        "a module batch finds no listener, then lets go of text_mutex for 500 ms before its writes";
+        "a module batch finds no listener, then lets go of text_mutex for a second before its writes";
 }
 
 /// The defect selected by `mode`, if any.

@@ -304,37 +304,10 @@ static int outsider_pre(struct kprobe *p, struct pt_regs *regs)
 NOKPROBE_SYMBOL(outsider_pre);
 
 /*
- * Whether an exception interrupted a call, as the CPU tells it (samples/textpoke_bench.c, where
- * the reasoning is): the registers an exception entry saves below the stack pointer overwrite a
- * mark left there before the call. With interrupts off, only a trap does.
+ * Whether an exception interrupted a call, as the CPU tells it (stack_mark.h): with interrupts
+ * off, only a trap does.
  */
-#define STACK_MARK_OFFSET 96
-#define STACK_MARK 0x7e47b0a75eed2024UL
-
-static __always_inline void stack_mark_set(void)
-{
-#ifdef CONFIG_X86_64
-	asm volatile("movq %0, -" __stringify(STACK_MARK_OFFSET) "(%%rsp)"
-		     : : "r"(STACK_MARK) : "memory");
-#else
-	asm volatile("stur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
-		     : : "r"(STACK_MARK) : "memory");
-#endif
-}
-
-static __always_inline bool stack_mark_gone(void)
-{
-	unsigned long mark;
-
-#ifdef CONFIG_X86_64
-	asm volatile("movq -" __stringify(STACK_MARK_OFFSET) "(%%rsp), %0"
-		     : "=r"(mark) : : "memory");
-#else
-	asm volatile("ldur %0, [sp, #-" __stringify(STACK_MARK_OFFSET) "]"
-		     : "=r"(mark) : : "memory");
-#endif
-	return mark != STACK_MARK;
-}
+#include "stack_mark.h"
 
 /*
  * The length of the jump label instruction at @code: 4 on arm64; on x86 2 (NOP2, JMP rel8) or 5

@@ -256,7 +256,8 @@ pub enum Storm {
     ModuleAndKernel,
     /// The exerciser's flips alone. The handshake control's: the kernel's updates hold
     /// `text_mutex` for a whole function-tracer toggle, and a listener's count waits behind
-    /// them, so it would seldom land in the window the seeded defect opens.
+    /// them, so it would seldom land in the window the seeded defect opens; and the recorder's
+    /// buffers are small, so that it is open and has copied the text well within that window.
     ModuleOnly,
 }
 
@@ -277,7 +278,13 @@ pub fn one_start(
     };
     let flips = std::thread::spawn(|| exerciser::command(&format!("run {STORM_SPEC}")));
     std::thread::sleep(delay);
-    let opened = Recorder::open_monotonic(&RecorderConfig { data_pages: 1024 });
+    // The kernel's storm records thousands of changes; the exerciser's alone, hundreds, in
+    // buffers that map fast enough for the seeded defect's window (see `Storm::ModuleOnly`).
+    let data_pages = match storm {
+        Storm::ModuleAndKernel => 1024,
+        Storm::ModuleOnly => 64,
+    };
+    let opened = Recorder::open_monotonic(&RecorderConfig { data_pages });
     let copies: Result<Vec<Vec<u8>>, String> = regions
         .iter()
         .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
