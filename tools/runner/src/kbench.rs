@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::section::{
-    human_ns, in_log, parse_lines, ratio_text, runner_arch, Headline, Log, Section, SEED,
+    human_ns, parse_lines, ratio_text, runner_arch, Headline, SampleSection, SEED,
 };
 use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
@@ -218,41 +218,36 @@ pub fn markdown(r: &KbenchReport) -> String {
     out
 }
 
-impl Section for KbenchReport {
-    fn prefix() -> &'static str {
-        PREFIX
+impl SampleSection for KbenchReport {
+    type Sample = KbenchSample;
+
+    const PREFIX: &'static str = PREFIX;
+
+    fn parse(text: &str) -> (Vec<KbenchSample>, Vec<String>) {
+        parse_log(text)
     }
 
-    fn read(log: &Log) -> Option<Self> {
-        let (samples, problems) = parse_log(log.text);
-        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
-            samples,
-            problems: in_log(log, problems),
-            ..Self::default()
-        })
+    fn analysed(samples: Vec<KbenchSample>) -> Self {
+        analyse(samples)
     }
 
-    fn arch(&self) -> Option<&str> {
-        self.samples.first().map(|s| s.arch.as_str())
+    fn samples(&self) -> &[KbenchSample] {
+        &self.samples
     }
 
-    fn merge(&mut self, other: Self) {
-        self.samples.extend(other.samples);
-        self.problems.extend(other.problems);
+    fn parts_mut(&mut self) -> (&mut Vec<KbenchSample>, &mut Vec<String>) {
+        (&mut self.samples, &mut self.problems)
     }
 
-    /// The problems stay: [`analyse`] does not know the logs they name.
-    fn analyse(&mut self) {
-        let problems = std::mem::take(&mut self.problems);
-        *self = analyse(std::mem::take(&mut self.samples));
-        self.problems = problems;
+    fn arch_of(sample: &KbenchSample) -> &str {
+        &sample.arch
     }
 
-    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
-        Some(markdown(self))
+    fn section_markdown(&self) -> String {
+        markdown(self)
     }
 
-    fn headlines(&self) -> Vec<Headline> {
+    fn section_headlines(&self) -> Vec<Headline> {
         self.rows
             .iter()
             .map(|r| Headline {

@@ -15,7 +15,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::section::{
-    human_ns, in_log, parse_lines, ratio_ci_text, runner_arch, Headline, Log, Section, SEED,
+    human_ns, listed, parse_lines, ratio_ci_text, runner_arch, samples_text, write_problems,
+    Headline, SampleSection, SEED,
 };
 use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
@@ -311,17 +312,12 @@ pub fn markdown(r: &RetargetReport) -> String {
         let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
         for s in &r.stats {
             let t = &s.per_retarget_ns;
-            // Fewer samples than rounds means the agent stopped early (see its KTAP case).
-            let samples = if t.samples < s.rounds as usize {
-                format!("{} of {}", t.samples, s.rounds)
-            } else {
-                t.samples.to_string()
-            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {samples} | {} | {}–{} | {}–{} | {} |",
+                "| {} | {} | {} | {} | {}–{} | {}–{} | {} |",
                 s.traps.name(),
                 s.method.name(),
+                samples_text(t.samples, s.rounds),
                 human_ns(t.median),
                 human_ns(t.p25),
                 human_ns(t.p75),
@@ -332,33 +328,23 @@ pub fn markdown(r: &RetargetReport) -> String {
         }
         let mismatches = r.mismatches();
         if !mismatches.is_empty() {
-            let listed: Vec<String> = mismatches
-                .iter()
-                .take(MISMATCHES_LISTED)
-                .map(|s| {
-                    format!(
-                        "{}/{} round {}: {} hits (want {})",
-                        s.traps.name(),
-                        s.method.name(),
-                        s.round,
-                        s.hits,
-                        s.traps.expected_hits(s.n)
-                    )
-                })
-                .collect();
-            let more = mismatches.len().saturating_sub(MISMATCHES_LISTED);
+            let named = mismatches.iter().map(|s| {
+                format!(
+                    "{}/{} round {}: {} hits (want {})",
+                    s.traps.name(),
+                    s.method.name(),
+                    s.round,
+                    s.hits,
+                    s.traps.expected_hits(s.n)
+                )
+            });
             let _ = writeln!(
                 out,
                 "\n**{} of {} samples have other hits than their traps kind expects** (n for \
-                 always, 0 for never), so they did not measure what they claim: {}{}.",
+                 always, 0 for never), so they did not measure what they claim: {}.",
                 mismatches.len(),
                 r.samples.len(),
-                listed.join("; "),
-                if more > 0 {
-                    format!("; and {more} more")
-                } else {
-                    String::new()
-                }
+                listed(named, MISMATCHES_LISTED),
             );
         }
     }
@@ -386,57 +372,45 @@ pub fn markdown(r: &RetargetReport) -> String {
         "- Under TCG the debug exceptions and system calls are emulated: compare the ratios with \
          the seed's, not the times."
     );
-    if !r.problems.is_empty() {
-        let _ = writeln!(
-            out,
-            "- {} unreadable sample lines: {}.",
-            r.problems.len(),
-            r.problems.join("; ")
-        );
-    }
+    write_problems(&mut out, &r.problems);
     out
 }
 
-impl Section for RetargetReport {
-    fn prefix() -> &'static str {
-        PREFIX
+impl SampleSection for RetargetReport {
+    type Sample = RetargetSample;
+
+    const PREFIX: &'static str = PREFIX;
+
+    fn parse(text: &str) -> (Vec<RetargetSample>, Vec<String>) {
+        parse_log(text)
     }
 
-    fn read(log: &Log) -> Option<Self> {
-        let (samples, problems) = parse_log(log.text);
-        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
-            samples,
-            problems: in_log(log, problems),
-            ..Self::default()
-        })
+    fn analysed(samples: Vec<RetargetSample>) -> Self {
+        analyse(samples)
     }
 
-    fn arch(&self) -> Option<&str> {
-        self.samples.first().map(|s| s.arch.as_str())
+    fn samples(&self) -> &[RetargetSample] {
+        &self.samples
     }
 
-    fn merge(&mut self, other: Self) {
-        self.samples.extend(other.samples);
-        self.problems.extend(other.problems);
+    fn parts_mut(&mut self) -> (&mut Vec<RetargetSample>, &mut Vec<String>) {
+        (&mut self.samples, &mut self.problems)
     }
 
-    /// The problems stay: [`analyse`] does not know the logs they name.
-    fn analyse(&mut self) {
-        let problems = std::mem::take(&mut self.problems);
-        *self = analyse(std::mem::take(&mut self.samples));
-        self.problems = problems;
+    fn arch_of(sample: &RetargetSample) -> &str {
+        &sample.arch
     }
 
     /// Without flips the CPUs come from the retarget samples.
-    fn cpus(&self) -> Option<u32> {
-        self.samples.iter().map(|s| s.cpus).max()
+    fn cpus_of(sample: &RetargetSample) -> Option<u32> {
+        Some(sample.cpus)
     }
 
-    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
-        Some(markdown(self))
+    fn section_markdown(&self) -> String {
+        markdown(self)
     }
 
-    fn headlines(&self) -> Vec<Headline> {
+    fn section_headlines(&self) -> Vec<Headline> {
         self.ratios
             .iter()
             .map(|r| Headline {

@@ -1,6 +1,7 @@
 //! What the sections of the bench report share: the [`Section`] trait the composer (bench.rs)
-//! drives them through, reading their `textpoke-*: {json}` lines out of a console log, the
-//! bootstrap's base seed, and how they write times and ratios.
+//! drives them through, and [`SampleSection`], which implements it for the sections that are
+//! lists of samples; reading their `textpoke-*: {json}` lines out of a console log, the
+//! bootstrap's base seed, and how they write times, ratios and the samples they leave out.
 //!
 //! Each section (the flips, flips.rs; the retarget benchmark, retarget.rs; the kernel's own
 //! patching, kbench.rs; the foreign traps, trapcost.rs) reads its own lines of every console
@@ -8,6 +9,7 @@
 //! shows as a part of `bench-ARCH.md`, of `bench-ARCH.json` (its serde form, under its field of
 //! the arch's report), and as the ratios a results table quotes.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::stats::Interval;
@@ -83,6 +85,96 @@ pub trait Section {
     fn headlines(&self) -> Vec<Headline>;
 }
 
+/// A section that is its samples, one a line of the log, and the lines it could not read: every
+/// such section reads, merges and analyses them alike, so [`Section`] comes with this trait and
+/// each section gives only what differs.
+///
+/// The unreadable lines survive [`Section::analyse`]: they name their logs, which
+/// [`SampleSection::analysed`] never sees.
+pub trait SampleSection: Default {
+    /// What one line holds.
+    type Sample;
+
+    /// Prefix of the section's lines in a console log (after the printk prefix).
+    const PREFIX: &'static str;
+
+    /// The samples of a console log, in log order, and the lines that could not be read
+    /// (`line N: why`).
+    fn parse(text: &str) -> (Vec<Self::Sample>, Vec<String>);
+
+    /// The statistics of one arch's samples, with no unreadable lines.
+    fn analysed(samples: Vec<Self::Sample>) -> Self;
+
+    /// The samples, in log order.
+    fn samples(&self) -> &[Self::Sample];
+
+    /// The samples and the unreadable lines (`LOG: line N: why`).
+    fn parts_mut(&mut self) -> (&mut Vec<Self::Sample>, &mut Vec<String>);
+
+    /// The arch a sample names, as the runner names it.
+    fn arch_of(sample: &Self::Sample) -> &str;
+
+    /// The online CPUs a sample ran on, if the arch's report is to take them from this section
+    /// ([`Section::cpus`]).
+    fn cpus_of(_sample: &Self::Sample) -> Option<u32> {
+        None
+    }
+
+    /// The section's Markdown, which is the same in every arch's report.
+    fn section_markdown(&self) -> String;
+
+    /// [`Section::headlines`].
+    fn section_headlines(&self) -> Vec<Headline>;
+}
+
+impl<T: SampleSection> Section for T {
+    fn prefix() -> &'static str {
+        T::PREFIX
+    }
+
+    fn read(log: &Log) -> Option<Self> {
+        let (samples, problems) = T::parse(log.text);
+        if samples.is_empty() && problems.is_empty() {
+            return None;
+        }
+        let mut part = T::default();
+        let (into_samples, into_problems) = part.parts_mut();
+        *into_samples = samples;
+        *into_problems = in_log(log, problems);
+        Some(part)
+    }
+
+    fn arch(&self) -> Option<&str> {
+        self.samples().first().map(T::arch_of)
+    }
+
+    fn merge(&mut self, mut other: Self) {
+        let (samples, problems) = self.parts_mut();
+        let (other_samples, other_problems) = other.parts_mut();
+        samples.append(other_samples);
+        problems.append(other_problems);
+    }
+
+    fn analyse(&mut self) {
+        let (samples, problems) = self.parts_mut();
+        let (samples, problems) = (std::mem::take(samples), std::mem::take(problems));
+        *self = T::analysed(samples);
+        *self.parts_mut().1 = problems;
+    }
+
+    fn cpus(&self) -> Option<u32> {
+        self.samples().iter().filter_map(T::cpus_of).max()
+    }
+
+    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
+        Some(self.section_markdown())
+    }
+
+    fn headlines(&self) -> Vec<Headline> {
+        self.section_headlines()
+    }
+}
+
 /// Adds a log's part of a section that an arch's report may lack to that arch's.
 pub fn merge_into<S: Section>(into: &mut Option<S>, part: Option<S>) {
     match (into.as_mut(), part) {
@@ -133,6 +225,41 @@ pub fn parse_lines<T: serde::de::DeserializeOwned>(
         }
     }
     (values, problems)
+}
+
+/// How many samples a row of a section's table rests on: `20`, or `17 of 20` when there are
+/// fewer than the rounds the agent planned, which means it stopped early (see its KTAP case).
+pub fn samples_text(samples: usize, rounds: u32) -> String {
+    if samples < rounds as usize {
+        format!("{samples} of {rounds}")
+    } else {
+        samples.to_string()
+    }
+}
+
+/// The first `most` of `items` and a count of the rest, `a; b; and 3 more`: a section names the
+/// samples it left out, but not so many that they drown its table.
+pub fn listed(items: impl IntoIterator<Item = String>, most: usize) -> String {
+    let items: Vec<String> = items.into_iter().collect();
+    let more = items.len().saturating_sub(most);
+    let mut text = items[..items.len().min(most)].join("; ");
+    if more > 0 {
+        let _ = write!(text, "; and {more} more");
+    }
+    text
+}
+
+/// Ends a section's notes with its unreadable lines, if it has any: a sample that could not be
+/// read is missing from the statistics, and the report says so.
+pub fn write_problems(out: &mut String, problems: &[String]) {
+    if !problems.is_empty() {
+        let _ = writeln!(
+            out,
+            "- {} unreadable sample lines: {}.",
+            problems.len(),
+            problems.join("; ")
+        );
+    }
 }
 
 /// Nanoseconds as whole microseconds, for the flips' tables.
@@ -201,6 +328,25 @@ mod tests {
         assert_eq!(
             ratio_ci_text(2.0, Some(Interval { lo: 1.954, hi: 2.1 })),
             "2.00 (1.95–2.10)"
+        );
+    }
+
+    #[test]
+    fn lists_and_counts() {
+        assert_eq!(samples_text(20, 20), "20");
+        assert_eq!(samples_text(21, 20), "21");
+        assert_eq!(samples_text(17, 20), "17 of 20");
+        let items = |n: usize| (0..n).map(|i| i.to_string());
+        assert_eq!(listed(items(0), 2), "");
+        assert_eq!(listed(items(2), 2), "0; 1");
+        assert_eq!(listed(items(5), 2), "0; 1; and 3 more");
+        let mut out = String::new();
+        write_problems(&mut out, &[]);
+        assert_eq!(out, "");
+        write_problems(&mut out, &["a: line 1: x".into(), "b: line 2: y".into()]);
+        assert_eq!(
+            out,
+            "- 2 unreadable sample lines: a: line 1: x; b: line 2: y.\n"
         );
     }
 

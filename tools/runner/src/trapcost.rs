@@ -17,7 +17,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::section::{in_log, parse_lines, ratio_text, runner_arch, Headline, Log, Section, SEED};
+use crate::section::{
+    listed, parse_lines, ratio_text, runner_arch, samples_text, write_problems, Headline,
+    SampleSection, SEED,
+};
 use crate::stats::{
     bootstrap_median, bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES,
 };
@@ -317,15 +320,11 @@ pub fn markdown(r: &TrapcostReport) -> String {
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
         for s in &r.stats {
             let t = &s.per_hit_ns;
-            let runs = if t.samples < s.rounds as usize {
-                format!("{} of {}", t.samples, s.rounds)
-            } else {
-                t.samples.to_string()
-            };
             let _ = writeln!(
                 out,
-                "| {} | {runs} | {} ({}) | {}–{} | {}–{} | {} |",
+                "| {} | {} | {} ({}) | {}–{} | {}–{} | {} |",
                 label(&s.mode),
+                samples_text(t.samples, s.rounds),
                 ns3(t.median),
                 interval_text(s.median_ci95, ns3),
                 ns3(t.p25),
@@ -360,32 +359,22 @@ pub fn markdown(r: &TrapcostReport) -> String {
     }
     let invalid = r.invalid();
     if !invalid.is_empty() {
-        let listed: Vec<String> = invalid
-            .iter()
-            .take(INVALID_LISTED)
-            .map(|s| {
-                format!(
-                    "{} round {}: {} and {} post-handler hits of {} calls",
-                    label(&s.mode),
-                    s.round,
-                    s.hits,
-                    s.post_hits,
-                    s.n
-                )
-            })
-            .collect();
-        let more = invalid.len().saturating_sub(INVALID_LISTED);
+        let named = invalid.iter().map(|s| {
+            format!(
+                "{} round {}: {} and {} post-handler hits of {} calls",
+                label(&s.mode),
+                s.round,
+                s.hits,
+                s.post_hits,
+                s.n
+            )
+        });
         let _ = writeln!(
             out,
-            "\n**{} of {} runs did not count one hit per call** and are left out: {}{}.",
+            "\n**{} of {} runs did not count one hit per call** and are left out: {}.",
             invalid.len(),
             r.samples.len(),
-            listed.join("; "),
-            if more > 0 {
-                format!("; and {more} more")
-            } else {
-                String::new()
-            }
+            listed(named, INVALID_LISTED),
         );
     }
     let _ = writeln!(out);
@@ -412,57 +401,45 @@ pub fn markdown(r: &TrapcostReport) -> String {
         "- Under TCG the exceptions are emulated: the times are the emulator's, and the ratio \
          need not be what hardware shows."
     );
-    if !r.problems.is_empty() {
-        let _ = writeln!(
-            out,
-            "- {} unreadable sample lines: {}.",
-            r.problems.len(),
-            r.problems.join("; ")
-        );
-    }
+    write_problems(&mut out, &r.problems);
     out
 }
 
-impl Section for TrapcostReport {
-    fn prefix() -> &'static str {
-        PREFIX
+impl SampleSection for TrapcostReport {
+    type Sample = TrapcostSample;
+
+    const PREFIX: &'static str = PREFIX;
+
+    fn parse(text: &str) -> (Vec<TrapcostSample>, Vec<String>) {
+        parse_log(text)
     }
 
-    fn read(log: &Log) -> Option<Self> {
-        let (samples, problems) = parse_log(log.text);
-        (!samples.is_empty() || !problems.is_empty()).then(|| Self {
-            samples,
-            problems: in_log(log, problems),
-            ..Self::default()
-        })
+    fn analysed(samples: Vec<TrapcostSample>) -> Self {
+        analyse(samples)
     }
 
-    fn arch(&self) -> Option<&str> {
-        self.samples.first().map(|s| s.arch.as_str())
+    fn samples(&self) -> &[TrapcostSample] {
+        &self.samples
     }
 
-    fn merge(&mut self, other: Self) {
-        self.samples.extend(other.samples);
-        self.problems.extend(other.problems);
+    fn parts_mut(&mut self) -> (&mut Vec<TrapcostSample>, &mut Vec<String>) {
+        (&mut self.samples, &mut self.problems)
     }
 
-    /// The problems stay: [`analyse`] does not know the logs they name.
-    fn analyse(&mut self) {
-        let problems = std::mem::take(&mut self.problems);
-        *self = analyse(std::mem::take(&mut self.samples));
-        self.problems = problems;
+    fn arch_of(sample: &TrapcostSample) -> &str {
+        &sample.arch
     }
 
     /// Without flips the CPUs come from these samples.
-    fn cpus(&self) -> Option<u32> {
-        self.samples.iter().map(|s| s.cpus).max()
+    fn cpus_of(sample: &TrapcostSample) -> Option<u32> {
+        Some(sample.cpus)
     }
 
-    fn markdown(&self, _arch: &str, _cpus: u32) -> Option<String> {
-        Some(markdown(self))
+    fn section_markdown(&self) -> String {
+        markdown(self)
     }
 
-    fn headlines(&self) -> Vec<Headline> {
+    fn section_headlines(&self) -> Vec<Headline> {
         self.ratio
             .iter()
             .map(|r| Headline {

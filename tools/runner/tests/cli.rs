@@ -1,30 +1,19 @@
 //! End-to-end tests of the binary: `boot` against stand-in emulators (shell scripts passed with
 //! `--qemu` that print what a guest would), then `summary` and `parse` over what it wrote.
 
+mod common;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Instant;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_textpoke-runner");
-
-/// A scratch directory, removed when the test passes.
-struct Scratch(PathBuf);
+use common::{run, text, Scratch};
 
 impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "textpoke-runner-test-{}-{test}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
     /// Writes an executable stand-in for QEMU with `body` as its shell script.
     fn fake_qemu(&self, name: &str, body: &str) -> String {
         let path = self.0.join(name);
@@ -36,27 +25,6 @@ impl Scratch {
     fn out(&self) -> PathBuf {
         self.0.join("out")
     }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Boots `name` with the stand-in `qemu`; returns the process output and the JSON report.
@@ -118,6 +86,26 @@ fn log_of(s: &Scratch, name: &str) -> String {
     fs::read_to_string(s.out().join(format!("{name}.log"))).unwrap()
 }
 
+/// Runs `summary` over `out`, which must exit with `code`; returns what it printed.
+fn summary(out: &Path, code: i32) -> String {
+    let o = run(&["summary", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(code), "{}", text(&o));
+    common::stdout(&o)
+}
+
+/// Asserts that the summary `stdout` ends with the count `count`.
+fn assert_count(stdout: &str, count: &str) {
+    assert_eq!(stdout.lines().last(), Some(count), "{stdout}");
+}
+
+/// Asserts that the summary `stdout` names host check `name` as never reported.
+fn assert_never_reported(stdout: &str, name: &str) {
+    assert!(
+        stdout.contains(&format!("\n  {name}: never reported (host check")),
+        "{name} not named: {stdout}"
+    );
+}
+
 const PASSING_GUEST: &str = r#"
 echo "qemu args: $*" >&2
 printf '[    0.000000] Linux version 6.12.0\r\n'
@@ -161,7 +149,7 @@ fn boot_pass_then_summary_and_parse() {
     assert_eq!(r["qemu_status"], 0);
     assert_eq!(r["documents"][0]["name"], "textpoke_selftest");
     assert!(r["seconds"].as_f64().unwrap() < 30.0);
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = common::stdout(&o);
     assert!(
         stdout.contains("[x86-pass] ok 1 pending_lookup"),
         "{stdout}"
@@ -191,14 +179,8 @@ fn boot_pass_then_summary_and_parse() {
     );
 
     plan_boots(&s.out(), &["x86-pass"]);
-    let o = run(&["summary", s.out().to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        stdout.lines().last(),
-        Some("3 passed, 0 failed"),
-        "{stdout}"
-    );
+    let stdout = summary(&s.out(), 0);
+    assert_count(&stdout, "3 passed, 0 failed");
     assert!(stdout.contains("\n0 skipped\n"), "{stdout}");
 
     let log_path = s.out().join("x86-pass.log");
@@ -209,7 +191,7 @@ fn boot_pass_then_summary_and_parse() {
         "textpoke_selftest",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = common::stdout(&o);
     assert_eq!(
         stdout.lines().last(),
         Some("3 passed, 0 failed, 0 skipped"),
@@ -296,14 +278,8 @@ fn harness_checks_and_failures() {
             "check-wrong",
         ],
     );
-    let o = run(&["summary", s.out().to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        stdout.lines().last(),
-        Some("5 passed, 3 failed"),
-        "{stdout}"
-    );
+    let stdout = summary(&s.out(), 1);
+    assert_count(&stdout, "5 passed, 3 failed");
     assert!(
         stdout.contains("Failing KTAP tests:\n  fails: agent/b\n"),
         "{stdout}"
@@ -348,7 +324,7 @@ fn timeout_kills_the_emulator() {
     let o = run(&["parse", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("verdict timeout"),
+        common::stdout(&o).contains("verdict timeout"),
         "{}",
         text(&o)
     );
@@ -384,7 +360,7 @@ fn parse_a_plain_serial_log() {
     .unwrap();
     let o = run(&["parse", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = common::stdout(&o);
     assert!(stdout.contains("planned 2 results but only 1"), "{stdout}");
     assert!(
         stdout.contains("FAILED: verdict not-ok, expected pass"),
@@ -427,7 +403,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
+        common::stdout(&o),
         "x86_64 patched\narm64 patched\nx86_64 mitigations\nx86_64 unpatched\n"
     );
     // Only the x86_64 guests were built: the arm64 one "failed".
@@ -443,15 +419,13 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         "x86_64:unpatched:/k/bzImage-u:/i/u.cpio",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = common::stdout(&o);
     assert!(
         stdout.contains("SKIPPED arm64-smp2: not run: no arm64 patched guest was built"),
         "{stdout}"
     );
     assert!(stdout.contains("OK x86_64-smp2 [x86_64 smp=2]"), "{stdout}");
-    let o = run(&["summary", out]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = summary(Path::new(out), 1);
     let missing: Vec<&str> = stdout
         .lines()
         .skip_while(|l| *l != "Planned but never reported:")
@@ -491,11 +465,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     // the failures they must be (4 failed); the 3 arm64 boots and the x86_64 mitigations boot
     // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (6
     // failed); and the 9 host checks never reported.
-    assert_eq!(
-        stdout.lines().last(),
-        Some("4 passed, 20 failed"),
-        "{stdout}"
-    );
+    assert_count(&stdout, "4 passed, 20 failed");
 }
 
 /// The manifest `plan` wrote into `out`.
@@ -581,6 +551,16 @@ fn planned_checks(m: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Records every host check the manifest `m` of `out` plans but those in `lost`, each passing.
+fn record_planned(out: &Path, m: &Value, lost: &[&str]) {
+    for name in planned_checks(m) {
+        if !lost.contains(&name.as_str()) {
+            let o = record(out, &name, 0);
+            assert!(o.status.success(), "{}", text(&o));
+        }
+    }
+}
+
 #[test]
 fn a_killed_host_lane_fails_the_summary_by_name() {
     let s = Scratch::new("killed-lane");
@@ -590,30 +570,16 @@ fn a_killed_host_lane_fails_the_summary_by_name() {
     // recorded checkpatch and lint.
     let lane_recorded = ["host-tests", "loom"];
     let lost = ["mutants", "fuzz-smoke", "clippy", "rustfmt"];
-    for name in planned_checks(&m) {
-        if !lost.contains(&name.as_str()) {
-            let o = record(&out, &name, 0);
-            assert!(o.status.success(), "{}", text(&o));
-        }
-    }
-    let o = run(&["summary", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    record_planned(&out, &m, &lost);
+    let stdout = summary(&out, 1);
     for name in lost {
-        assert!(
-            stdout.contains(&format!("\n  {name}: never reported (host check")),
-            "{name} not named: {stdout}"
-        );
+        assert_never_reported(&stdout, name);
     }
     for name in lane_recorded {
         assert!(!stdout.contains(&format!("  {name}: never")), "{stdout}");
     }
     // 4 guest boots of 2 tests, 6 harness boots, 2 kunit.py cross-checks, 5 host checks.
-    assert_eq!(
-        stdout.lines().last(),
-        Some("23 passed, 4 failed"),
-        "{stdout}"
-    );
+    assert_count(&stdout, "23 passed, 4 failed");
 }
 
 #[test]
@@ -621,32 +587,13 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     let s = Scratch::new("no-loom");
     let out = s.out();
     let m = plan_and_boot_everything(&out);
-    for name in planned_checks(&m) {
-        let o = record(&out, &name, 0);
-        assert!(o.status.success(), "{}", text(&o));
-    }
-    let o = run(&["summary", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).lines().last(),
-        Some("27 passed, 0 failed"),
-        "{}",
-        text(&o)
-    );
+    record_planned(&out, &m, &[]);
+    assert_count(&summary(&out, 0), "27 passed, 0 failed");
 
     fs::remove_file(out.join("loom.json")).unwrap();
-    let o = run(&["summary", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains("\n  loom: never reported (host check"),
-        "{stdout}"
-    );
-    assert_eq!(
-        stdout.lines().last(),
-        Some("26 passed, 1 failed"),
-        "{stdout}"
-    );
+    let stdout = summary(&out, 1);
+    assert_never_reported(&stdout, "loom");
+    assert_count(&stdout, "26 passed, 1 failed");
 }
 
 #[test]
@@ -664,23 +611,14 @@ fn a_failed_record_counts_its_check_as_failed() {
     // A check that failed is recorded, and fails.
     let o = record(&out, "clippy", 1);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let o = run(&["summary", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains("\n  loom: never reported (host check"),
-        "{stdout}"
-    );
+    let stdout = summary(&out, 1);
+    assert_never_reported(&stdout, "loom");
     assert!(!stdout.contains("lomo"), "{stdout}");
     assert!(
         stdout.contains("\n  clippy: as tools/test.sh records it"),
         "{stdout}"
     );
-    assert_eq!(
-        stdout.lines().last(),
-        Some("25 passed, 2 failed"),
-        "{stdout}"
-    );
+    assert_count(&stdout, "25 passed, 2 failed");
 }
 
 #[test]
@@ -715,7 +653,7 @@ fn bench_report_adds_the_foreign_traps_section() {
     fs::write(s.0.join("x86_64-bench.log"), log).unwrap();
     let o = run(&["bench-report", s.0.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = common::stdout(&o);
     assert!(
         stdout.contains("### Foreign traps: a kprobe hit with textpoke loaded and without"),
         "{}",

@@ -2,56 +2,19 @@
 //! reports a run leaves, their file times), rendered as Markdown and put into documents between
 //! their markers.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_textpoke-runner");
+use common::{run, stdout, text, Scratch};
+
 const BEGIN: &str = "<!-- textpoke-runner report: begin -->";
 const END: &str = "<!-- textpoke-runner report: end -->";
-
-/// A scratch directory, removed when the test passes.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "textpoke-runner-results-{}-{test}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn set_time(path: &Path, t: SystemTime) {
     fs::File::options()
@@ -114,12 +77,23 @@ fn fabricate(dir: &Path) {
     }
 }
 
+/// Runs `report` over the run `dir`, putting its block into `readme` and `results` if given.
+fn report_into(dir: &Path, readme: Option<&Path>, results: Option<&Path>) -> Output {
+    let mut args = vec!["report", dir.to_str().unwrap()];
+    for (flag, doc) in [("--readme", readme), ("--results", results)] {
+        if let Some(doc) = doc {
+            args.extend([flag, doc.to_str().unwrap()]);
+        }
+    }
+    run(&args)
+}
+
 #[test]
 fn a_run_renders_as_a_table_with_the_summary_s_count() {
     let s = Scratch::new("table");
     let dir = s.0.join("20261125-135623");
     fabricate(&dir);
-    let o = run(&["report", dir.to_str().unwrap()]);
+    let o = report_into(&dir, None, None);
     assert!(o.status.success(), "{}", text(&o));
     let out = stdout(&o);
     assert!(
@@ -166,16 +140,9 @@ fn the_block_between_the_markers_is_replaced_in_place() {
     let s = Scratch::new("in-place");
     let dir = s.0.join("run");
     fabricate(&dir);
-    let block = stdout(&run(&["report", dir.to_str().unwrap()]));
+    let block = stdout(&report_into(&dir, None, None));
     let (readme, _, results, _) = documents(&s);
-    let o = run(&[
-        "report",
-        dir.to_str().unwrap(),
-        "--readme",
-        readme.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-    ]);
+    let o = report_into(&dir, Some(&readme), Some(&results));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         stdout(&o),
@@ -194,12 +161,7 @@ fn the_block_between_the_markers_is_replaced_in_place() {
         format!("# Results\n{BEGIN}\n{block}{END}\nThe rest.\n")
     );
     // Once more: nothing changes.
-    let o = run(&[
-        "report",
-        dir.to_str().unwrap(),
-        "--readme",
-        readme.to_str().unwrap(),
-    ]);
+    let o = report_into(&dir, Some(&readme), None);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         fs::read_to_string(&readme).unwrap(),
@@ -214,14 +176,7 @@ fn a_document_without_markers_fails_by_name_and_nothing_changes() {
     fabricate(&dir);
     let (readme, readme_text, results, _) = documents(&s);
     fs::write(&results, "# Results\n\nNo block here.\n").unwrap();
-    let o = run(&[
-        "report",
-        dir.to_str().unwrap(),
-        "--readme",
-        readme.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-    ]);
+    let o = report_into(&dir, Some(&readme), Some(&results));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -241,12 +196,7 @@ fn a_document_without_markers_fails_by_name_and_nothing_changes() {
 fn a_directory_without_a_manifest_fails() {
     let s = Scratch::new("no-manifest");
     let (readme, readme_text, _, _) = documents(&s);
-    let o = run(&[
-        "report",
-        s.0.to_str().unwrap(),
-        "--readme",
-        readme.to_str().unwrap(),
-    ]);
+    let o = report_into(&s.0, Some(&readme), None);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -254,7 +204,7 @@ fn a_directory_without_a_manifest_fails() {
         "{stderr}"
     );
     assert_eq!(fs::read_to_string(&readme).unwrap(), readme_text);
-    let o = run(&["report", s.0.join("nonexistent").to_str().unwrap()]);
+    let o = report_into(&s.0.join("nonexistent"), None, None);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
@@ -281,7 +231,7 @@ fn the_bench_report_adds_its_ratios() {
 
     let row = "| x86_64 | flip time, textpoke ÷ upstream static key, N = 16 | 3.00 (3.00–3.00) |";
     // DIR/bench, found by itself.
-    let o = run(&["report", dir.to_str().unwrap()]);
+    let o = report_into(&dir, None, None);
     assert!(o.status.success(), "{}", text(&o));
     let out = stdout(&o);
     assert!(
