@@ -1025,6 +1025,9 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 held,
                 emitted: emitted.as_mut_ptr(),
                 cpus: cpu::online().count(),
+                // Online and staying so (the hotplug lock is held), whether or not the
+                // committing task runs there still when the stoppers do.
+                master: cpu::current(),
                 arrived: AtomicUsize::new(0),
                 done: AtomicUsize::new(0),
                 error: AtomicI32::new(0),
@@ -1208,6 +1211,11 @@ struct Parked<'a> {
     emitted: *mut (u64, usize),
     /// Online CPUs (stable: the hotplug lock is held).
     cpus: usize,
+    /// The CPU that runs the steps: the one the commit called `stop_machine` from, so that
+    /// the section's records reach the side-band events of the committing task's CPU, as its
+    /// other records do, rather than those of whichever CPU arrived last (perf's per-CPU
+    /// events of a CPU that went offline once are gone for good).
+    master: usize,
     /// CPUs that entered the callback, plus one once the master is done.
     arrived: AtomicUsize,
     /// Steps the master completed.
@@ -1216,8 +1224,9 @@ struct Parked<'a> {
     error: AtomicI32,
 }
 
-/// The `stop_machine` callback, run on every online CPU with interrupts off: the last CPU to
-/// arrive runs the section's steps while the others spin; then each of the others refetches
+/// The `stop_machine` callback, run on every online CPU with interrupts off: the master CPU,
+/// once every other one has arrived, runs the section's steps while the others spin; then each
+/// of the others refetches
 /// (`Arch::sync_local`), as upstream `aarch64_insn_patch_text_cb()` does, before it resumes.
 ///
 /// # Safety
@@ -1226,12 +1235,17 @@ struct Parked<'a> {
 unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
     // SAFETY: Guaranteed by the caller.
     let p = unsafe { &*data.cast::<Parked<'_>>() };
-    if p.arrived.fetch_add(1, Ordering::SeqCst).wrapping_add(1) != p.cpus {
+    p.arrived.fetch_add(1, Ordering::SeqCst);
+    if cpu::current() != p.master {
         while p.arrived.load(Ordering::Acquire) <= p.cpus {
             cpu::relax();
         }
         CurrentArch::sync_local();
         return 0;
+    }
+    // Every other CPU parked before the first step.
+    while p.arrived.load(Ordering::Acquire) < p.cpus {
+        cpu::relax();
     }
     for (k, step) in p.steps.iter().enumerate() {
         let Some(e) = (match *step {

@@ -123,6 +123,42 @@ impl Hotplugger {
     }
 }
 
+/// The deadline scheduler's fair server of CPU `cpu`, off for as long as this lives.
+///
+/// The guest kernel's bandwidth accounting of the fair server underflows when that CPU goes
+/// offline and online again and again (a `WARN` in `inactive_task_timer()`,
+/// kernel/sched/deadline.c, seen on arm64 with no change of textpoke's under way): the server's
+/// inactive timer, armed as the CPU dies, fires after its runqueue's bandwidth was reset. That
+/// is the scheduler's, not what this group tests, so the server is off on that CPU meanwhile
+/// (runtime 0 through `/sys/kernel/debug/sched/fair_server`, where `dl_server_stop()` and
+/// `dl_server_start()` do nothing) and its runtime is put back after.
+struct FairServerOff {
+    path: String,
+    runtime: String,
+}
+
+impl FairServerOff {
+    /// Turns it off; `Ok(None)` if this kernel has no fair server to turn off.
+    fn new(cpu: u32) -> Result<Option<Self>, String> {
+        let path = format!("/sys/kernel/debug/sched/fair_server/cpu{cpu}/runtime");
+        let Ok(runtime) = sys::read_text(&path) else {
+            return Ok(None);
+        };
+        sys::write_file(&path, b"0").map_err(|e| format!("writing 0 to {path}: {e}"))?;
+        Ok(Some(Self {
+            path,
+            runtime: runtime.trim().to_owned(),
+        }))
+    }
+
+    /// Puts its runtime back (the CPU must be online).
+    fn restore(self) -> Result<(), String> {
+        sys::write_file(&self.path, self.runtime.as_bytes())
+            .map(drop)
+            .map_err(|e| format!("writing {} back to {}: {e}", self.runtime, self.path))
+    }
+}
+
 /// Every hotplug case, as one group.
 pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     const NAME: &str = "cpu_hotplug";
@@ -144,9 +180,18 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     if let Err(e) = sys::set_affinity(&others) {
         return Case::fail(NAME, format!("keeping the agent off cpu{cpu}: {e}"));
     }
+    let fair = match FairServerOff::new(cpu) {
+        Ok(f) => f,
+        Err(e) => return Case::fail(NAME, e),
+    };
     let start = Instant::now();
     let plug = Hotplugger::start(cpu);
     let spec = format!("{SPEC} avoid={cpu}");
+    // Executions that trap: one per guarded kind, but at two CPUs none can be asked for. The
+    // CPU that stays runs the pokers, and once the other has gone offline every executor too
+    // (the scheduler moves a bound thread off a dying CPU for good): an executor there never
+    // runs while a poker's guard stands.
+    let min_trapped = u64::from(cpus.len() > 2);
     // The scenario again and again until enough operations overlapped a batch (or its time is
     // up): every run is judged in full.
     let mut runs = Vec::new();
@@ -155,7 +200,7 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         runs.push(scenario::case(
             &format!("hotplug_scenario_{k}"),
             &spec,
-            1,
+            min_trapped,
             sites,
             kcore,
         ));
@@ -166,6 +211,9 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     let mut children = vec![Case::group("hotplug_scenario", runs)];
     children.extend(kernel_patching::hotplug_transitions(kcore));
     let t = plug.stop();
+    if let Some(Err(e)) = fair.map(FairServerOff::restore) {
+        children.push(Case::fail("hotplug_fair_server_restored", e));
+    }
     if let Err(e) = sys::set_affinity(&cpus) {
         children.push(Case::fail(
             "hotplug_affinity_restored",
