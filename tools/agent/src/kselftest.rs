@@ -246,6 +246,21 @@ fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
     None
 }
 
+/// KUnit's filter of the suites and cases a module runs (`suite.case` globs).
+const KUNIT_FILTER: &str = "/sys/module/kunit/parameters/filter_glob";
+
+/// The cases of kprobes' KUnit suite that run. Its stack-trace cases need an exact unwinder
+/// (`ARCH_CORRECT_STACKTRACE_ON_KRETPROBE`), which the x86 guest kernel has not (it unwinds by
+/// guessing, `UNWINDER_GUESS`): there they fail, and one sleeps in atomic context, a splat that
+/// would end the boot, with or without textpoke. Every other case runs, as do all on arm64.
+fn kunit_cases() -> &'static str {
+    if crate::is_x86() {
+        "kprobes_test.test_k*"
+    } else {
+        "kprobes_test"
+    }
+}
+
 /// Loads kprobes' KUnit suite (`test_kprobes.ko`, from the kernel's installed modules) and
 /// returns its results. KUnit prints them to the kernel log as the module loads; the console
 /// is kept to warnings meanwhile, so that the boot's console carries only the agent's KTAP.
@@ -258,8 +273,11 @@ fn run_kunit_kprobes() -> Result<Vec<(String, Outcome)>, String> {
     let level = printk.split_whitespace().next().unwrap_or("7").to_owned();
     let cursor = sys::dmesg_cursor().map_err(|e| e.to_string())?;
     sys::write_file(PRINTK, b"4").map_err(|e| format!("{PRINTK}: {e}"))?;
+    sys::write_file(KUNIT_FILTER, kunit_cases().as_bytes())
+        .map_err(|e| format!("{KUNIT_FILTER}: {e}"))?;
     let loaded = sys::load_module(&ko, "");
-    let restored = sys::write_file(PRINTK, level.as_bytes());
+    let restored =
+        sys::write_file(PRINTK, level.as_bytes()).and_then(|_| sys::write_file(KUNIT_FILTER, b"*"));
     let lines = sys::dmesg_since(cursor)
         .map(|(l, _)| l)
         .map_err(|e| e.to_string())?;
@@ -275,18 +293,43 @@ fn run_kunit_kprobes() -> Result<Vec<(String, Outcome)>, String> {
     Ok(results)
 }
 
-/// Both suites' results, keyed `suite/case`.
-fn run_suites(dirs: &[String]) -> BTreeMap<String, Result<Outcome, String>> {
-    let mut out = BTreeMap::new();
-    match ftrace_cases(dirs).and_then(|c| run_ftracetest(&c)) {
+/// The ftracetest cases that take CPUs offline. With textpoke they run after its records are
+/// checked: perf's per-CPU events end for good when their CPU goes offline, so a record
+/// emitted there afterwards reaches no recorder, as it would reach no `perf record` (the
+/// hotplug group of the guest suite records around the same limit).
+const TAKES_CPUS_OFFLINE: &[&str] = &["func_hotplug.tc"];
+
+fn takes_cpus_offline(case: &str) -> bool {
+    TAKES_CPUS_OFFLINE
+        .iter()
+        .any(|n| Path::new(case).file_name().is_some_and(|f| f == *n))
+}
+
+/// Runs ftracetest on `cases` into `out`, keyed `ftracetest/CASE`, or `key` if it failed.
+fn run_ftrace_into(
+    cases: Result<Vec<String>, String>,
+    key: &str,
+    out: &mut BTreeMap<String, Result<Outcome, String>>,
+) {
+    match cases.and_then(|c| {
+        if c.is_empty() {
+            Ok(Vec::new())
+        } else {
+            run_ftracetest(&c)
+        }
+    }) {
         Ok(r) => out.extend(
             r.into_iter()
                 .map(|(n, o)| (format!("ftracetest/{n}"), Ok(o))),
         ),
         Err(e) => {
-            out.insert("ftracetest".to_owned(), Err(e));
+            out.insert(key.to_owned(), Err(e));
         }
     }
+}
+
+/// Runs kprobes' KUnit suite into `out`, keyed `kprobes_kunit/CASE`.
+fn run_kunit_into(out: &mut BTreeMap<String, Result<Outcome, String>>) {
     match run_kunit_kprobes() {
         Ok(r) => out.extend(
             r.into_iter()
@@ -296,7 +339,6 @@ fn run_suites(dirs: &[String]) -> BTreeMap<String, Result<Outcome, String>> {
             out.insert("kprobes_kunit".to_owned(), Err(e));
         }
     }
-    out
 }
 
 /// The case of one suite case, judged from its stock and its textpoke outcome.
@@ -335,7 +377,9 @@ fn dirs() -> Vec<String> {
 pub fn stock() -> BTreeMap<String, Result<Outcome, String>> {
     log("kernel suites: the stock path");
     let start = Instant::now();
-    let r = run_suites(&dirs());
+    let mut r = BTreeMap::new();
+    run_ftrace_into(ftrace_cases(&dirs()), "ftracetest", &mut r);
+    run_kunit_into(&mut r);
     log(&format!(
         "kernel suites: stock run took {:.0} s",
         start.elapsed().as_secs_f64()
@@ -357,11 +401,21 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
         Err(e) => return Case::fail("kernel_suites", format!("perf recorder: {e}")),
     };
     let before = kcore.read(text.0, text.1);
-    let results = run_suites(&dirs());
+    let cases = ftrace_cases(&dirs());
+    let (late, early): (Vec<String>, Vec<String>) = cases
+        .as_ref()
+        .map(|c| c.iter().cloned().partition(|c| takes_cpus_offline(c)))
+        .unwrap_or_default();
+    let mut results = BTreeMap::new();
+    run_ftrace_into(cases.map(|_| early), "ftracetest", &mut results);
+    run_kunit_into(&mut results);
     let drain = rec.drain();
     let after = kcore.read(text.0, text.1);
+    drop(rec);
+    // What textpoke did while its records were taken.
     let moved =
         crate::kernel_patching::counters_moved(&counters, &crate::kernel_patching::counters());
+    run_ftrace_into(Ok(late), "ftracetest (CPUs offline)", &mut results);
     log(&format!(
         "kernel suites: with textpoke took {:.0} s",
         start.elapsed().as_secs_f64()
