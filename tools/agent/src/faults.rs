@@ -155,7 +155,8 @@ impl Injector {
             std::fs::create_dir(&instance).map_err(|e| format!("creating {instance}: {e}"))?;
         }
         let me = Self { instance };
-        let def = format!("r:{PROBE_GROUP}/{PROBE} should_failslab ret=$retval");
+        // `should_failslab()` returns an int: only the register's low half is its value.
+        let def = format!("r:{PROBE_GROUP}/{PROBE} should_failslab ret=$retval:s32");
         std::fs::OpenOptions::new()
             .append(true)
             .open(format!("{TRACING}/kprobe_events"))
@@ -581,8 +582,12 @@ impl Reference {
                 continue;
             }
             // An instruction's changed bytes, and those of a neighbour up to 8 bytes on, are
-            // one range.
-            let start = i;
+            // one range; on x86 a call whose target alone changed starts at its opcode, so
+            // that `holds` knows it for a call.
+            let start = match i.checked_sub(1) {
+                Some(op) if crate::is_x86() && before[op] == 0xe8 && after[op] == 0xe8 => op,
+                _ => i,
+            };
             let mut end = i + 1;
             while let Some(j) = (end..len.min(end + 8)).find(|&j| before[j] != after[j]) {
                 end = j + 1;
