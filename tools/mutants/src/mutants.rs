@@ -186,7 +186,7 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 const BATCH_SYNC: &str =
     "Step::Sync => {\n                    self.text.sync(CurrentArch::sync_all);";
-const BATCH_TEXT_CHECK: &str = "        self.check_text()?;\n";
+const BATCH_TEXT_CHECK: &str = "        let published = match run.check_text() {\n";
 const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
             if s.guarded {
                 self.engine.replaced.record(e.addr);
@@ -780,8 +780,11 @@ pub const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "batch-text-unchecked",
         file: BATCH,
-        what: "executor: no check of the text before the first guard",
-        edits: &[(BATCH_TEXT_CHECK, "")],
+        what: "executor: no check of the text before the batch is published",
+        edits: &[(
+            BATCH_TEXT_CHECK,
+            "        let published = match kernel::error::Result::<()>::Ok(()) {\n",
+        )],
         killers: &[],
         hang_kills: false,
         allowed: Some(
