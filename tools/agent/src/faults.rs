@@ -162,9 +162,15 @@ impl Injector {
             .open(format!("{TRACING}/kprobe_events"))
             .and_then(|mut f| std::io::Write::write_all(&mut f, def.as_bytes()))
             .map_err(|e| format!("defining {def:?}: {e}"))?;
+        // An event enabled with `record-cmd` on starts the recording of command names, which
+        // hooks the scheduler's tracepoints and so flips their static keys: text the kernel
+        // transitions' references describe.
+        put(&format!("{}/options/record-cmd", me.instance), "0")?;
         let event = me.event();
         put(&format!("{event}/filter"), "ret != 0")?;
-        put(&format!("{event}/trigger"), "stacktrace")?;
+        // A trigger fires on every hit unless it has a condition of its own; the event's filter
+        // decides only what is recorded.
+        put(&format!("{event}/trigger"), "stacktrace if ret != 0")?;
         put(&format!("{event}/enable"), "1")?;
         Ok(me)
     }

@@ -180,10 +180,12 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     if let Err(e) = sys::set_affinity(&others) {
         return Case::fail(NAME, format!("keeping the agent off cpu{cpu}: {e}"));
     }
-    let fair = match FairServerOff::new(cpu) {
-        Ok(f) => f,
-        Err(e) => return Case::fail(NAME, e),
-    };
+    // Where the scheduler refuses (it may, for want of bandwidth elsewhere), the group runs with
+    // the server on, as a kernel that lacks it would.
+    let fair = FairServerOff::new(cpu).unwrap_or_else(|e| {
+        log(&format!("hotplug: the fair server stays on: {e}"));
+        None
+    });
     let start = Instant::now();
     let plug = Hotplugger::start(cpu);
     let spec = format!("{SPEC} avoid={cpu}");
