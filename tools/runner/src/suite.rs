@@ -368,6 +368,8 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // kernel's own test suites run once per arch, with and without textpoke.
                 smp2.kunit_check = true;
                 smp2.append.push_str(" textpoke.kselftest=1");
+                // The kernel's suites run twice in it: minutes more than the other boots.
+                smp2.timeout = 1800;
                 boots.push(smp2);
                 boots.push(guest(
                     arch,
