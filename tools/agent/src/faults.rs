@@ -150,10 +150,21 @@ impl Injector {
         log(&format!(
             "faults: failslab over textpoke's text {start:#x}..{end:#x}"
         ));
+        // An event enabled with `record-cmd` on starts the recording of command names, which
+        // hooks the scheduler's tracepoints and so flips their static keys: text the kernel
+        // transitions' references describe. An instance takes the option from the top level
+        // when it is made, and has no file of its own for it.
+        let record_cmd = format!("{TRACING}/options/record-cmd");
+        let was = sys::read_text(&record_cmd).map_err(|e| format!("{record_cmd}: {e}"))?;
+        put(&record_cmd, "0")?;
         let instance = format!("{TRACING}/instances/{INSTANCE}");
-        if !std::path::Path::new(&instance).exists() {
-            std::fs::create_dir(&instance).map_err(|e| format!("creating {instance}: {e}"))?;
-        }
+        let made = if std::path::Path::new(&instance).exists() {
+            Ok(())
+        } else {
+            std::fs::create_dir(&instance).map_err(|e| format!("creating {instance}: {e}"))
+        };
+        put(&record_cmd, was.trim())?;
+        made?;
         let me = Self { instance };
         // `should_failslab()` returns an int: only the register's low half is its value.
         let def = format!("r:{PROBE_GROUP}/{PROBE} should_failslab ret=$retval:s32");
@@ -162,10 +173,6 @@ impl Injector {
             .open(format!("{TRACING}/kprobe_events"))
             .and_then(|mut f| std::io::Write::write_all(&mut f, def.as_bytes()))
             .map_err(|e| format!("defining {def:?}: {e}"))?;
-        // An event enabled with `record-cmd` on starts the recording of command names, which
-        // hooks the scheduler's tracepoints and so flips their static keys: text the kernel
-        // transitions' references describe.
-        put(&format!("{}/options/record-cmd", me.instance), "0")?;
         let event = me.event();
         put(&format!("{event}/filter"), "ret != 0")?;
         // A trigger fires on every hit unless it has a condition of its own; the event's filter
