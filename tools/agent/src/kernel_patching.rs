@@ -676,6 +676,10 @@ enum Changes {
     /// sites' ops literals (data, unrecorded): a second function tracer with the same filter
     /// keeps every call site on `ftrace_caller` there and changes only the ops it calls.
     InstructionsOrOps,
+    /// Instructions, while CPUs come and go: the kernel flips keys of its own as they do (the
+    /// x86 APIC's IPI shorthand, on while every CPU is online), so a transition that undoes
+    /// another must restore the sites that one's records changed, not the whole text.
+    InstructionsAmidHotplug,
 }
 
 /// [`through_textpoke`], with what the transition must change.
@@ -741,7 +745,14 @@ fn through_textpoke_of(
                 if !x86 {
                     copy_ftrace_literals(&mut then, &t.after);
                 }
-                first_difference(text.0, &then, &t.after)
+                if changes != Changes::InstructionsAmidHotplug {
+                    return first_difference(text.0, &then, &t.after);
+                }
+                on.pokes.iter().find_map(|p| {
+                    let at = usize::try_from(p.addr.checked_sub(text.0)?).ok()?;
+                    let range = at..at.saturating_add(p.new.len());
+                    (then.get(range.clone()) != t.after.get(range)).then_some(p.addr)
+                })
             })
             .map(|a| format!("the text did not return to what it was: first difference at {a:#x}"))
     };
@@ -1151,24 +1162,27 @@ pub fn hotplug_transitions(kcore: &Kcore) -> Vec<Case> {
         Err(e) => return vec![Case::fail("hotplug_kernel_text", e)],
     };
     let mut c = Vec::new();
+    let mut pair = |names: (&str, &str),
+                    on: &dyn Fn() -> Result<(), String>,
+                    off: &dyn Fn() -> Result<(), String>| {
+        let changes = Changes::InstructionsAmidHotplug;
+        let (case, t) = through_textpoke_of(names.0, kcore, text, None, true, changes, on);
+        c.push(case);
+        let (case, _) = through_textpoke_of(names.1, kcore, text, t.as_ref(), true, changes, off);
+        c.push(case);
+    };
     pair(
-        &mut c,
         ("hotplug_function_tracer_on", "hotplug_function_tracer_off"),
-        kcore,
-        text,
-        || filter(FILTER).and_then(|()| tracer("function")),
-        || tracer("nop"),
+        &|| filter(FILTER).and_then(|()| tracer("function")),
+        &|| tracer("nop"),
     );
     pair(
-        &mut c,
         (
             "hotplug_sched_schedstats_on",
             "hotplug_sched_schedstats_off",
         ),
-        kcore,
-        text,
-        || schedstats(true),
-        || schedstats(false),
+        &|| schedstats(true),
+        &|| schedstats(false),
     );
     if let Err(e) = filter("") {
         c.push(Case::fail("hotplug_ftrace_filter_cleared", e));

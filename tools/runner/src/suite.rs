@@ -722,8 +722,8 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
     let name = rundir::kunit_name(&boot.name);
     // kunit.py reads the log's first KTAP document; the kernel's built-in KUnit executor prints
     // an empty one at boot when it has no suite, which is left out.
-    let console = std::fs::read_to_string(&boot.log)
-        .map_err(|e| format!("reading {}: {e}", boot.log))?;
+    let console =
+        std::fs::read_to_string(&boot.log).map_err(|e| format!("reading {}: {e}", boot.log))?;
     let input = out.join(format!("{name}.input.log"));
     std::fs::write(&input, without_empty_ktap(&console))
         .map_err(|e| format!("writing {}: {e}", input.display()))?;
