@@ -195,6 +195,9 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     // (the scheduler moves a bound thread off a dying CPU for good): an executor there never
     // runs while a poker's guard stands.
     let min_trapped = u64::from(cpus.len() > 2);
+    if min_trapped == 0 {
+        log("hotplug: two CPUs: no trapped execution is asked of the scenario's kinds");
+    }
     // The scenario again and again until enough operations overlapped a batch (or its time is
     // up): every run is judged in full.
     let mut runs = Vec::new();

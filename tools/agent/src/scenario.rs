@@ -529,10 +529,9 @@ pub fn judge(name: &str, spec: &str, min_trapped: u64, ev: &Evidence, sites: &[S
             ),
             (Ok(runs), Ok(n)) => Case::check(
                 name,
-                n >= min_trapped.max(1),
+                n >= min_trapped,
                 format!(
-                    "{n} of {runs} {kind} executions trapped, fewer than {}: the guarded window was not hit enough",
-                    min_trapped.max(1)
+                    "{n} of {runs} {kind} executions trapped, fewer than {min_trapped}: the guarded window was not hit enough"
                 ),
             )
             .with_log(format!("{n} of {runs} {kind} executions trapped (the CPU's word)")),
