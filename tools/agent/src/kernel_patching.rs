@@ -677,8 +677,9 @@ enum Changes {
     /// keeps every call site on `ftrace_caller` there and changes only the ops it calls.
     InstructionsOrOps,
     /// Instructions, while CPUs come and go: the kernel flips keys of its own as they do (the
-    /// x86 APIC's IPI shorthand, on while every CPU is online), so a transition that undoes
-    /// another must restore the sites that one's records changed, not the whole text.
+    /// x86 APIC's IPI shorthand, on while every CPU is online), through textpoke and recorded
+    /// like the transition's own, so a transition that undoes another cannot be asked to
+    /// restore the text: each one's records must replay exactly, as always.
     InstructionsAmidHotplug,
 }
 
@@ -745,14 +746,10 @@ fn through_textpoke_of(
                 if !x86 {
                     copy_ftrace_literals(&mut then, &t.after);
                 }
-                if changes != Changes::InstructionsAmidHotplug {
-                    return first_difference(text.0, &then, &t.after);
+                if changes == Changes::InstructionsAmidHotplug {
+                    return None;
                 }
-                on.pokes.iter().find_map(|p| {
-                    let at = usize::try_from(p.addr.checked_sub(text.0)?).ok()?;
-                    let range = at..at.saturating_add(p.new.len());
-                    (then.get(range.clone()) != t.after.get(range)).then_some(p.addr)
-                })
+                first_difference(text.0, &then, &t.after)
             })
             .map(|a| format!("the text did not return to what it was: first difference at {a:#x}"))
     };
