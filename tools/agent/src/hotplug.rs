@@ -64,6 +64,16 @@ struct Hotplugger {
     tally: Arc<Mutex<Tally>>,
 }
 
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.ops += other.ops;
+        self.overlapping += other.overlapping;
+        if self.error.is_none() {
+            self.error = other.error;
+        }
+    }
+}
+
 impl Hotplugger {
     fn start(cpu: u32) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -214,8 +224,18 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         }
     }
     let mut children = vec![Case::group("hotplug_scenario", runs)];
-    children.extend(kernel_patching::hotplug_transitions(kcore));
-    let t = plug.stop();
+    let t = std::cell::RefCell::new(plug.stop());
+    // The kernel's transitions with the CPU coming and going during each change only: their
+    // text is read before and after with every CPU online, so that the keys the kernel flips
+    // as CPUs come and go (x86's IPI shorthand) stand as they did.
+    let around = |f: &dyn Fn() -> Result<(), String>| {
+        let plug = Hotplugger::start(cpu);
+        let r = f();
+        t.borrow_mut().add(plug.stop());
+        r
+    };
+    children.extend(kernel_patching::hotplug_transitions(kcore, &around));
+    let t = t.into_inner();
     if let Some(Err(e)) = fair.map(FairServerOff::restore) {
         children.push(Case::fail("hotplug_fair_server_restored", e));
     }

@@ -1153,7 +1153,10 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
 /// The function tracer (filtered) and `kernel.sched_schedstats` on and off again, each
 /// transition checked as [`cases`] checks it: for the hotplug scenario (hotplug.rs), which runs
 /// them while a CPU goes offline and online.
-pub fn hotplug_transitions(kcore: &Kcore) -> Vec<Case> {
+pub fn hotplug_transitions(
+    kcore: &Kcore,
+    around: &dyn Fn(&dyn Fn() -> Result<(), String>) -> Result<(), String>,
+) -> Vec<Case> {
     let text = match kernel_text() {
         Ok(t) => t,
         Err(e) => return vec![Case::fail("hotplug_kernel_text", e)],
@@ -1163,6 +1166,8 @@ pub fn hotplug_transitions(kcore: &Kcore) -> Vec<Case> {
                     on: &dyn Fn() -> Result<(), String>,
                     off: &dyn Fn() -> Result<(), String>| {
         let changes = Changes::InstructionsAmidHotplug;
+        let on = || around(on);
+        let off = || around(off);
         let (case, t) = through_textpoke_of(names.0, kcore, text, None, true, changes, on);
         c.push(case);
         let (case, _) = through_textpoke_of(names.1, kcore, text, t.as_ref(), true, changes, off);
