@@ -1150,12 +1150,15 @@ fn module_loaded_while_tracing(kcore: &Kcore) -> Case {
     }
 }
 
+/// A change of the kernel's, made through its own interface.
+pub type Action<'a> = &'a dyn Fn() -> Result<(), String>;
+
 /// The function tracer (filtered) and `kernel.sched_schedstats` on and off again, each
 /// transition checked as [`cases`] checks it: for the hotplug scenario (hotplug.rs), which runs
-/// them while a CPU goes offline and online.
+/// each change inside `around` (a CPU going offline and online meanwhile).
 pub fn hotplug_transitions(
     kcore: &Kcore,
-    around: &dyn Fn(&dyn Fn() -> Result<(), String>) -> Result<(), String>,
+    around: &dyn Fn(Action) -> Result<(), String>,
 ) -> Vec<Case> {
     let text = match kernel_text() {
         Ok(t) => t,
