@@ -676,11 +676,6 @@ enum Changes {
     /// sites' ops literals (data, unrecorded): a second function tracer with the same filter
     /// keeps every call site on `ftrace_caller` there and changes only the ops it calls.
     InstructionsOrOps,
-    /// Instructions, while CPUs come and go: the kernel flips keys of its own as they do (the
-    /// x86 APIC's IPI shorthand, on while every CPU is online), through textpoke and recorded
-    /// like the transition's own, so a transition that undoes another cannot be asked to
-    /// restore the text: each one's records must replay exactly, as always.
-    InstructionsAmidHotplug,
 }
 
 /// [`through_textpoke`], with what the transition must change.
@@ -745,9 +740,6 @@ fn through_textpoke_of(
                 let mut then = on.before.clone();
                 if !x86 {
                     copy_ftrace_literals(&mut then, &t.after);
-                }
-                if changes == Changes::InstructionsAmidHotplug {
-                    return None;
                 }
                 first_difference(text.0, &then, &t.after)
             })
@@ -1165,29 +1157,24 @@ pub fn hotplug_transitions(
         Err(e) => return vec![Case::fail("hotplug_kernel_text", e)],
     };
     let mut c = Vec::new();
-    let mut pair = |names: (&str, &str),
-                    on: &dyn Fn() -> Result<(), String>,
-                    off: &dyn Fn() -> Result<(), String>| {
-        let changes = Changes::InstructionsAmidHotplug;
-        let on = || around(on);
-        let off = || around(off);
-        let (case, t) = through_textpoke_of(names.0, kcore, text, None, true, changes, on);
-        c.push(case);
-        let (case, _) = through_textpoke_of(names.1, kcore, text, t.as_ref(), true, changes, off);
-        c.push(case);
-    };
     pair(
+        &mut c,
         ("hotplug_function_tracer_on", "hotplug_function_tracer_off"),
-        &|| filter(FILTER).and_then(|()| tracer("function")),
-        &|| tracer("nop"),
+        kcore,
+        text,
+        || around(&|| filter(FILTER).and_then(|()| tracer("function"))),
+        || around(&|| tracer("nop")),
     );
     pair(
+        &mut c,
         (
             "hotplug_sched_schedstats_on",
             "hotplug_sched_schedstats_off",
         ),
-        &|| schedstats(true),
-        &|| schedstats(false),
+        kcore,
+        text,
+        || around(&|| schedstats(true)),
+        || around(&|| schedstats(false)),
     );
     if let Err(e) = filter("") {
         c.push(Case::fail("hotplug_ftrace_filter_cleared", e));

@@ -188,9 +188,14 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
 pub fn set_affinity(cpus: &[u32]) -> io::Result<()> {
     // SAFETY: An all-zero `cpu_set_t` is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: `set` is a valid `cpu_set_t`; CPU_SET ignores numbers past its size.
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    // Numbers past the set's size cannot be in it (CPU_SET would index out of bounds).
+    for c in cpus
+        .iter()
+        .map(|&c| c as usize)
+        .filter(|&c| c < libc::CPU_SETSIZE as usize)
+    {
+        // SAFETY: `set` is a valid `cpu_set_t` and `c` is below its size.
+        unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: `set` is valid for reads of its size; pid 0 is the calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
