@@ -270,22 +270,31 @@ fn run_kunit_kprobes() -> Result<Vec<(String, Outcome)>, String> {
     let ko = find_file(&dir, "test_kprobes.ko")
         .ok_or_else(|| format!("no test_kprobes.ko under {}", dir.display()))?;
     let printk = sys::read_text(PRINTK).map_err(|e| format!("{PRINTK}: {e}"))?;
-    let level = printk.split_whitespace().next().unwrap_or("7").to_owned();
+    let level = printk
+        .split_whitespace()
+        .next()
+        .ok_or_else(|| format!("{PRINTK} is empty"))?
+        .to_owned();
     let cursor = sys::dmesg_cursor().map_err(|e| e.to_string())?;
-    sys::write_file(PRINTK, b"4").map_err(|e| format!("{PRINTK}: {e}"))?;
-    sys::write_file(KUNIT_FILTER, kunit_cases().as_bytes())
-        .map_err(|e| format!("{KUNIT_FILTER}: {e}"))?;
-    let loaded = sys::load_module(&ko, "");
-    let restored =
-        sys::write_file(PRINTK, level.as_bytes()).and_then(|_| sys::write_file(KUNIT_FILTER, b"*"));
+    let put = |path: &str, value: &[u8]| {
+        sys::write_file(path, value)
+            .map(drop)
+            .map_err(|e| format!("{path}: {e}"))
+    };
+    put(KUNIT_FILTER, kunit_cases().as_bytes())?;
+    // From here on both settings are put back whatever happens.
+    let loaded = put(PRINTK, b"4").and_then(|()| {
+        sys::load_module(&ko, "").map_err(|e| format!("loading {}: {e}", ko.display()))
+    });
+    let restored = put(PRINTK, level.as_bytes()).and(put(KUNIT_FILTER, b"*"));
     let lines = sys::dmesg_since(cursor)
         .map(|(l, _)| l)
         .map_err(|e| e.to_string())?;
     if loaded.is_ok() {
         sys::unload_module("test_kprobes").map_err(|e| format!("unloading test_kprobes: {e}"))?;
     }
-    restored.map_err(|e| format!("{PRINTK}: {e}"))?;
-    loaded.map_err(|e| format!("loading {}: {e}", ko.display()))?;
+    restored?;
+    loaded?;
     let results = parse_kunit(&lines, "kprobes_test");
     if results.is_empty() {
         return Err("no kprobes_test results in the kernel log".into());
