@@ -312,6 +312,11 @@ pub fn one_start(
     for (&(base, len), mut copy) in regions.iter().zip(copies?) {
         let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
         let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+        // arm64 ftrace's ops literals are data, which nobody records (as for every transition
+        // of `kernel_patching`).
+        if !is_x86() {
+            kernel_patching::copy_ftrace_literals(&mut copy, &now);
+        }
         if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
             return Err(format!(
                 "the listener's copy with its records ends unlike the text at {a:#x}"
