@@ -688,8 +688,9 @@ pub fn kunit_agrees(k: &KunitCounts, ours: &Counts) -> bool {
         && k.total == ours.passed + ours.failed + ours.skipped
 }
 
-/// `console` without its empty KTAP documents: a `KTAP version` line followed by the plan
-/// `1..0` (timestamps and indentation aside).
+/// `console` without its empty KTAP documents: a `KTAP version` line whose next KTAP line is
+/// the plan `1..0` (timestamps and indentation aside). Kernel lines printed between the two (the
+/// console interleaves them) are kept.
 pub fn without_empty_ktap(console: &str) -> String {
     let text = |l: &str| -> String {
         let t = l.trim_start();
@@ -699,19 +700,31 @@ pub fn without_empty_ktap(console: &str) -> String {
         };
         t.trim().to_owned()
     };
+    let is_ktap = |t: &str| {
+        t.starts_with("KTAP version")
+            || t.starts_with("TAP version")
+            || t.starts_with("ok ")
+            || t.starts_with("not ok ")
+            || t.starts_with('#')
+            || t.split_once("..")
+                .is_some_and(|(a, _)| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()))
+    };
     let lines: Vec<&str> = console.lines().collect();
-    let mut out = String::with_capacity(console.len());
-    let mut i = 0;
-    while i < lines.len() {
-        let empty_doc = text(lines[i]).starts_with("KTAP version")
-            && lines.get(i + 1).is_some_and(|n| text(n) == "1..0");
-        if empty_doc {
-            i += 2;
+    let mut dropped = vec![false; lines.len()];
+    for i in 0..lines.len() {
+        if !text(lines[i]).starts_with("KTAP version") {
             continue;
         }
-        out.push_str(lines[i]);
+        let plan = (i + 1..lines.len()).find(|&j| is_ktap(&text(lines[j])));
+        if let Some(j) = plan.filter(|&j| text(lines[j]) == "1..0") {
+            dropped[i] = true;
+            dropped[j] = true;
+        }
+    }
+    let mut out = String::with_capacity(console.len());
+    for (line, _) in lines.iter().zip(&dropped).filter(|(_, d)| !**d) {
+        out.push_str(line);
         out.push('\n');
-        i += 1;
     }
     out
 }
@@ -918,6 +931,17 @@ mod tests {
         assert_eq!(
             without_empty_ktap(log),
             "[    9.0] KTAP version 1\n[    9.0] 1..2\n[    9.1] ok 1 a\n"
+        );
+    }
+
+    #[test]
+    fn an_empty_ktap_document_split_by_kernel_lines_is_left_out() {
+        let log = "[ 1.7] KTAP version 1\n[ 1.7] Freeing initrd memory: 48868K\n[ 1.7] 1..0\n\
+                   [ 9.0] KTAP version 1\n[ 9.0] 1..1\n[ 9.1] ok 1 a\n";
+        assert_eq!(
+            without_empty_ktap(log),
+            "[ 1.7] Freeing initrd memory: 48868K\n[ 9.0] KTAP version 1\n[ 9.0] 1..1\n\
+             [ 9.1] ok 1 a\n"
         );
     }
 
