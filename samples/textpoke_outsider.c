@@ -476,6 +476,7 @@ extern char outsider_brk[];
 static struct {
 	u8 insn[2][SITE_LEN];	/* what the site holds, and the change */
 	int commits, refused, commit_errors, first_error;
+	atomic_t attempts;	/* commits tried, whatever they returned */
 } race;
 
 static int race_committer(void *data)
@@ -492,6 +493,7 @@ static int race_committer(void *data)
 				ret = textpoke_batch_commit(b);
 			textpoke_batch_end(b);
 		}
+		atomic_inc(&race.attempts);
 		if (!ret) {
 			race.commits++;
 			cur = !cur;
@@ -512,7 +514,7 @@ static int kprobe_race(unsigned int n)
 {
 	struct task_struct *committer;
 	struct kprobe kp;
-	int armed = 0, refused = 0, missed = 0, ret, i, last;
+	int armed = 0, refused = 0, missed = 0, ret, i, last, tries;
 	unsigned int runs;
 	u8 now[SITE_LEN];
 
@@ -544,6 +546,14 @@ static int kprobe_race(unsigned int n)
 		for (i = 0; i < RACE_RUNS; i++)
 			run_asm(site(3));
 		missed += RACE_RUNS - (atomic_read(&kprobe_hits) - last);
+		/*
+		 * Two commits tried while the probe stands (the first may have begun before it was
+		 * armed), within 100 ms: every round meets the committer, however the two threads
+		 * are scheduled.
+		 */
+		tries = atomic_read(&race.attempts);
+		for (i = 0; i < 1000 && atomic_read(&race.attempts) - tries < 2; i++)
+			usleep_range(50, 100);
 		unregister_kprobe(&kp);
 		cond_resched();
 	}
