@@ -304,6 +304,16 @@ static int outsider_pre(struct kprobe *p, struct pt_regs *regs)
 NOKPROBE_SYMBOL(outsider_pre);
 
 /*
+ * Does nothing, but its presence keeps a probe a breakpoint: kprobes never jump-optimizes a probe
+ * with a post handler (optimize_kprobe()). An optimized probe is restored by a worker after
+ * unregister_kprobe() returns, so the site would hold the probe's jump for a while afterwards.
+ */
+static void outsider_post(struct kprobe *p, struct pt_regs *regs, unsigned long flags)
+{
+}
+NOKPROBE_SYMBOL(outsider_post);
+
+/*
  * Whether an exception interrupted a call, as the CPU tells it (stack_mark.h): with interrupts
  * off, only a trap does.
  */
@@ -534,6 +544,8 @@ static int kprobe_race(unsigned int n)
 	for (runs = 0; runs < n; runs++) {
 		memset(&kp, 0, sizeof(kp));
 		kp.pre_handler = outsider_pre;
+		/* It stands up to 100 ms: kept a breakpoint throughout. */
+		kp.post_handler = outsider_post;
 		kp.addr = (kprobe_opcode_t *)site(3);
 		if (register_kprobe(&kp)) {
 			/* A guard stands there: kprobes refuses a breakpoint. */

@@ -272,11 +272,14 @@ fn run(ex: &Executor) {
             // The CPU it runs on now, which is its own unless that one went offline (the
             // hotplug scenario): the scheduler then moved it elsewhere.
             let cpu = cpu::current();
-            let traps = engine_api::cpu_traps(cpu);
+            // The clock is read outside the counted span: local_clock() has static branches of
+            // its own (`__sched_clock_stable`), whose guards textpoke counts while the kernel
+            // flips them.
             let start = clock::now();
+            let traps = engine_api::cpu_traps(cpu);
             let (path, called) = execute(site, &mut hits);
-            let end = clock::now();
             let counted = engine_api::cpu_traps(cpu) != traps;
+            let end = clock::now();
             let seen = called.seen && called.sound;
             let record = ExecRecord {
                 start,

@@ -171,9 +171,11 @@ pub struct Start {
 }
 
 /// Replays `pokes` (time order, on `CLOCK_MONOTONIC`) onto `copy`, a copy of `[base, base +
-/// copy.len())` read before `copied_by`: each record's old bytes must be what the copy holds,
-/// unless it was timed before `copied_by` and the copy holds its new bytes already, or the copy
-/// holds the guard there.
+/// copy.len())` read before `copied_by`, site by site. A site's copy was read at one moment, so it
+/// holds the text as some number `k` of the site's records left it (the first record's old bytes
+/// for none), where each of those `k` was timed before `copied_by`, or it holds the guard of the
+/// `k`-th change under way. From there on every record's old bytes must be what the replay left,
+/// a chain with no unrecorded change in it.
 pub fn replay(
     base: u64,
     copy: &mut [u8],
@@ -181,6 +183,9 @@ pub fn replay(
     copied_by: u64,
 ) -> Result<Start, String> {
     let mut s = Start::default();
+    // The sites in the copy, each with its records in time order.
+    let mut sites: std::collections::BTreeMap<(usize, usize), Vec<&TextPokeRec>> =
+        std::collections::BTreeMap::new();
     for p in pokes {
         let Some(off) = p
             .addr
@@ -189,22 +194,42 @@ pub fn replay(
         else {
             continue;
         };
-        let Some(at) = copy.get_mut(off..off.saturating_add(p.new.len())) else {
-            continue;
-        };
-        if *at == *p.old || is_guard(at) {
+        if copy.get(off..off.saturating_add(p.new.len())).is_some() {
+            sites.entry((off, p.new.len())).or_default().push(p);
+        }
+    }
+    for ((off, len), recs) in sites {
+        let at = &mut copy[off..off + len];
+        let states = std::iter::once(&recs[0].old).chain(recs.iter().map(|r| &r.new));
+        // How many of the records the copy holds already: only records timed before the copy
+        // was done can be in it.
+        let timed_before = recs.iter().take_while(|r| r.time <= copied_by).count();
+        let k = states
+            .take(timed_before + 1)
+            .enumerate()
+            .find(|(k, state)| *at == ***state || (*k < recs.len() && is_guard(at)))
+            .map(|(k, _)| k)
+            .ok_or_else(|| {
+                format!(
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the \
+                     listener's copy holds {at:02x?}, no text that record or one before it \
+                     left there",
+                    recs[0].addr, recs[0].time, recs[0].old, recs[0].new
+                )
+            })?;
+        s.already += k;
+        for (j, r) in recs.iter().enumerate().skip(k) {
             // A guard in the copy: it was read while the site's guarded change was under way,
             // and this record completes it.
-            at.copy_from_slice(&p.new);
+            if *at != *r.old && !(j == k && is_guard(at)) {
+                return Err(format!(
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the \
+                     listener's copy with the records before it holds {at:02x?}",
+                    r.addr, r.time, r.old, r.new
+                ));
+            }
+            at.copy_from_slice(&r.new);
             s.replayed += 1;
-        } else if *at == *p.new && p.time <= copied_by {
-            s.already += 1;
-        } else {
-            return Err(format!(
-                "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the listener's \
-                 copy holds {at:02x?}",
-                p.addr, p.time, p.old, p.new
-            ));
         }
     }
     Ok(s)
@@ -396,5 +421,31 @@ mod tests {
         // Had that record been timed before the copy was read, the copy may hold its result.
         let mut copy = vec![0];
         assert!(replay(0x100, &mut copy, &pokes, 30).is_ok());
+    }
+
+    #[test]
+    fn a_copy_read_after_several_changes_of_a_site_may_hold_them() {
+        // Stub to list to the tracer's function, both before the copy was read: it holds the
+        // function; then the tracer goes off after it.
+        let pokes = [
+            poke(0x100, &[0], &[1], 5),
+            poke(0x100, &[1], &[2], 6),
+            poke(0x100, &[2], &[1], 20),
+            poke(0x100, &[1], &[0], 21),
+        ];
+        let mut copy = vec![2];
+        let s = replay(0x100, &mut copy, &pokes, 10).unwrap();
+        assert_eq!((s.replayed, s.already), (2, 2));
+        assert_eq!(copy, [0]);
+        // Those before the copy must have been timed before it.
+        let mut copy = vec![2];
+        assert!(replay(0x100, &mut copy, &pokes, 5).is_err());
+    }
+
+    #[test]
+    fn an_unrecorded_change_between_two_records_is_caught() {
+        let pokes = [poke(0x100, &[0], &[1], 20), poke(0x100, &[2], &[3], 21)];
+        let mut copy = vec![0];
+        assert!(replay(0x100, &mut copy, &pokes, 10).is_err());
     }
 }

@@ -70,11 +70,16 @@ pub struct Machine {
 /// The QEMU command line for a machine, program first.
 pub fn command(m: &Machine) -> Vec<String> {
     let (program, machine, cpu, console) = match m.arch {
+        // tsc=reliable: TCG's TSC follows the host's clock on every vCPU, but the clocksource
+        // watchdog, timing TCG's slow reads, can mark it unstable (seen under the hotplug
+        // group), and then local_clock(), perf's clock, stops being comparable across CPUs:
+        // every ordering check compares it across CPUs. A clock marked unstable anyway is a
+        // splat (splat::PATTERNS).
         Arch::X86_64 => (
             "qemu-system-x86_64",
             "q35",
             "max",
-            "console=ttyS0 earlycon=uart8250,io,0x3f8",
+            "console=ttyS0 earlycon=uart8250,io,0x3f8 tsc=reliable",
         ),
         // pauth-impdef: TCG's architected pointer-auth algorithm (QARMA) is very slow to emulate.
         Arch::Arm64 => (
@@ -410,7 +415,7 @@ mod tests {
             "qemu-system-x86_64 -M q35 -cpu max -accel tcg,thread=single -smp 4 -m 2048 \
              -nodefaults -nographic -no-reboot -serial stdio -monitor none \
              -kernel /k/bzImage -initrd /tmp/init.cpio -append 'console=ttyS0 \
-             earlycon=uart8250,io,0x3f8 panic_on_warn=1 oops=panic panic=-1 \
+             earlycon=uart8250,io,0x3f8 tsc=reliable panic_on_warn=1 oops=panic panic=-1 \
              printk.devkmsg=on rdinit=/init textpoke.debug=1'"
         );
     }

@@ -32,6 +32,9 @@ pub const PATTERNS: &[&str] = &[
     "refcount_t:",
     "list_add corruption",
     "kernel BUG at",
+    // perf's clock (local_clock()) is no longer comparable across CPUs: every check that orders
+    // executions on one CPU against records taken on another would judge noise.
+    "sched_clock: Marking unstable",
 ];
 
 /// The first sign of a kernel problem in a log.
