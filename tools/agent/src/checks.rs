@@ -505,6 +505,12 @@ pub enum ReplayFailure {
         addr: u64,
         /// Offset of the first differing byte from `addr`.
         offset: usize,
+        /// The record's old and new bytes, and what the replayed text held there.
+        old: Vec<u8>,
+        new: Vec<u8>,
+        held: Vec<u8>,
+        /// Records at the same address replayed before it.
+        earlier: usize,
     },
     /// The record at `addr` cannot be applied at all.
     Unusable {
@@ -535,9 +541,18 @@ impl ReplayFailure {
 impl std::fmt::Display for ReplayFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::OldBytes { addr, offset } => write!(
+            Self::OldBytes {
+                addr,
+                offset,
+                old,
+                new,
+                held,
+                earlier,
+            } => write!(
                 f,
-                "record at {addr:#x}: old bytes differ at offset {offset}"
+                "record at {addr:#x}: old bytes differ at offset {offset} (the record changes \
+                 {old:02x?} to {new:02x?}, the text held {held:02x?}, after {earlier} records at \
+                 the same address)"
             ),
             Self::Unusable { addr, what } => write!(f, "record at {addr:#x}: {what}"),
             Self::TextDiffers { addr } => {
@@ -569,17 +584,32 @@ pub fn replay_checked(
     let mut sorted: Vec<&TextPokeRec> = pokes.iter().collect();
     sorted.sort_by_key(|p| (p.time, p.id));
     let mut applied = 0;
+    let mut at_addr: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     {
         let mut t = TextImage::new(base, &mut image);
         for p in sorted {
             match t.apply(&p.as_text_poke()) {
                 Ok(Applied::NotCovered) => {}
-                Ok(_) => applied += 1,
+                Ok(_) => {
+                    applied += 1;
+                    *at_addr.entry(p.addr).or_default() += 1;
+                }
                 Err(ReplayError::OldMismatch { offset }) => {
+                    let held = p
+                        .addr
+                        .checked_sub(base)
+                        .and_then(|o| usize::try_from(o).ok())
+                        .and_then(|o| t.bytes.get(o..o.saturating_add(p.old.len())))
+                        .map(<[u8]>::to_vec)
+                        .unwrap_or_default();
                     return Err(ReplayFailure::OldBytes {
                         addr: p.addr,
                         offset,
-                    })
+                        old: p.old.clone(),
+                        new: p.new.clone(),
+                        held,
+                        earlier: at_addr.get(&p.addr).copied().unwrap_or(0),
+                    });
                 }
                 Err(e) => {
                     return Err(ReplayFailure::Unusable {
@@ -849,7 +879,11 @@ mod tests {
             ),
             Err(ReplayFailure::OldBytes {
                 addr: 0x1004,
-                offset: 0
+                offset: 0,
+                old: pokes[2].old.clone(),
+                new: pokes[2].new.clone(),
+                held: pokes[0].new.clone(),
+                earlier: 1,
             })
         );
     }

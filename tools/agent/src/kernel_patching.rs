@@ -691,7 +691,10 @@ fn through_textpoke_of(
     log(&format!("kernel patching: {name}"));
     let t = match transition(kcore, text, busy, action) {
         Ok(t) => t,
-        Err(e) => return (Case::fail(name, e), None),
+        Err(e) => {
+            log(&format!("kernel patching: {name} failed: {e}"));
+            return (Case::fail(name, e), None);
+        }
     };
     let x86 = is_x86();
     let (sites, records) = (t.delta("kernel.sites"), t.delta("kernel.records"));
