@@ -432,11 +432,35 @@ pub fn kernel_selftest_case(kcore: &Kcore) -> Case {
 /// arm64 `MOV X9, X30`, the first instruction of an ftrace-patchable function.
 const MOV_X9_X30: u32 = 0xaa1e_03e9;
 
+/// Whether the running kernel's ftrace calls through per-function ops literals
+/// (`DYNAMIC_FTRACE_WITH_CALL_OPS`): only such a kernel has `ftrace_list_ops` (kernel/trace/
+/// ftrace.c), which `/proc/kallsyms` lists (`KALLSYMS_ALL`, tools/kconfig/common.config).
+pub fn ftrace_call_ops() -> bool {
+    static CALL_OPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CALL_OPS.get_or_init(|| {
+        let text = crate::sys::read_text("/proc/kallsyms")
+            .unwrap_or_else(|e| panic!("/proc/kallsyms: {e}"));
+        text.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("ftrace_list_ops"))
+    })
+}
+
 /// Makes `before` agree with `after` on arm64 ftrace's per-function ops pointers (data, not
 /// instructions: an 8-byte literal right before a patchable function's `MOV X9, X30`, which
-/// the function tracer writes with `aarch64_insn_write_literal_u64()` and nobody records).
-/// Returns how many literals it copied.
+/// the function tracer writes with `aarch64_insn_write_literal_u64()` and nobody records), on a
+/// kernel that has them ([`ftrace_call_ops`]). Without them, the 8 bytes before a function are
+/// the end of the one before it, which may be a call site (a function of three instructions:
+/// `MOV X9, X30`, the call site, `RET`). Returns how many literals it copied.
 pub fn copy_ftrace_literals(before: &mut [u8], after: &[u8]) -> usize {
+    if ftrace_call_ops() {
+        copy_literals(before, after)
+    } else {
+        0
+    }
+}
+
+/// [`copy_ftrace_literals`] on a kernel with ops literals.
+fn copy_literals(before: &mut [u8], after: &[u8]) -> usize {
     let word = |b: &[u8], off: usize| -> Option<u32> {
         Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
     };
@@ -1451,7 +1475,7 @@ mod tests {
         before[8..12].copy_from_slice(&MOV_X9_X30.to_le_bytes());
         // An instruction change elsewhere stays.
         after[16..20].copy_from_slice(&0x1400_0001u32.to_le_bytes());
-        assert_eq!(copy_ftrace_literals(&mut before, &after), 1);
+        assert_eq!(copy_literals(&mut before, &after), 1);
         assert_eq!(before[..8], after[..8]);
         assert_ne!(before[16..20], after[16..20]);
     }
