@@ -24,11 +24,11 @@ use textpoke_agent::sys;
 
 use crate::{kernel_patching, log, scenario};
 
-/// The scenario run while CPUs come and go: every kind of site, two pokers (which stay off
-/// the CPU that comes and goes: `avoid=`, added by [`cases`]); an odd number of flips, so that
-/// the text ends changed and its replay proves something, and few enough that the executors'
-/// log holds every execution during a batch (the run repeats instead).
-const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9 pokers=2";
+/// The scenario run while CPUs come and go: every kind of site, pokers (which stay off the CPU
+/// that comes and goes: `avoid=` and `pokers=`, added by [`cases`]); an odd number of flips, so
+/// that the text ends changed and its replay proves something, and few enough that the
+/// executors' log holds every execution during a batch (the run repeats instead).
+const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9";
 
 /// How long the scenario is run again and again to reach [`MIN_OVERLAPPING`].
 const SCENARIO_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
@@ -198,7 +198,11 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     });
     let start = Instant::now();
     let plug = Hotplugger::start(cpu);
-    let spec = format!("{SPEC} avoid={cpu}");
+    // Two pokers, whose batches must overlap (the scenario's `batches_in_flight_together`), but
+    // at two CPUs one: both would share the CPU that stays, and overlap only when the scheduler
+    // happens to preempt one mid-batch.
+    let pokers = if cpus.len() > 2 { 2 } else { 1 };
+    let spec = format!("{SPEC} pokers={pokers} avoid={cpu}");
     // Executions that trap: one per guarded kind, but at two CPUs none can be asked for. The
     // CPU that stays runs the pokers, and once the other has gone offline every executor too
     // (the scheduler moves a bound thread off a dying CPU for good): an executor there never
