@@ -505,9 +505,11 @@ pub enum ReplayFailure {
         addr: u64,
         /// Offset of the first differing byte from `addr`.
         offset: usize,
-        /// The record's old and new bytes, and what the replayed text held there.
+        /// The record's old bytes.
         old: Vec<u8>,
+        /// The record's new bytes.
         new: Vec<u8>,
+        /// What the replayed text held there.
         held: Vec<u8>,
         /// Records at the same address replayed before it.
         earlier: usize,
