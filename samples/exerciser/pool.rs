@@ -7,9 +7,9 @@ use crate::kernel_text;
 use kernel::prelude::*;
 
 #[cfg(CONFIG_ARM64)]
-pub(crate) use super::pool_arm64::{pools, trampoline};
+pub(crate) use super::pool_arm64::{encode_ret, pools, trampoline};
 #[cfg(CONFIG_X86_64)]
-pub(crate) use super::pool_x86::{pools, trampoline};
+pub(crate) use super::pool_x86::{encode_ret, pools, trampoline};
 
 /// What a pool's sites are.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -18,7 +18,7 @@ pub(crate) enum PoolKind {
     Branch,
     /// Static-key style short branch: x86 `NOP2`/`JMP rel8`.
     ShortBranch,
-    /// Early return: `NOP` / `RET`.
+    /// Early return: `NOP` / `RET` (x86 with return thunks: `JMP` to the thunk).
     Ret,
     /// ftrace style call: x86 `NOP5`/`CALL`, arm64 `NOP`/`BL`, to the trampoline.
     Call,
@@ -114,7 +114,7 @@ impl Pool {
             PoolKind::Branch | PoolKind::ShortBranch => {
                 engine_api::encode(Op::Jmp, addr, func.wrapping_add(self.taken_offset), on)?
             }
-            PoolKind::Ret => engine_api::encode(Op::Ret, addr, 0, on)?,
+            PoolKind::Ret => encode_ret(addr, on)?,
             PoolKind::Call => engine_api::encode(Op::Call, addr, trampoline(), on)?,
             PoolKind::Prologue => engine_api::encode(Op::MovX9X30, addr, 0, on)?,
         }

@@ -19,7 +19,9 @@
 //!   `MOV X9, X30` once at load, before anything runs it (a `mov` is not safe to change while
 //!   other CPUs execute it); the second is `NOP` / `BL` to the trampoline.
 
+use super::engine_api::{self, Op};
 use super::pool::{Pool, PoolKind};
+use kernel::prelude::*;
 
 /// Functions in the `b` pool: more than the engine's batch limit (4096) by design.
 pub(crate) const B: usize = 4160;
@@ -104,6 +106,11 @@ extern "C" {
 /// The trampoline call sites call.
 pub(crate) fn trampoline() -> u64 {
     (&raw const textpoke_ex_tramp) as usize as u64
+}
+
+/// Encodes the `on` instruction of the `ret` site at `addr` into `on`: `RET`.
+pub(crate) fn encode_ret(addr: u64, on: &mut [u8]) -> Result {
+    engine_api::encode(Op::Ret, addr, 0, on)
 }
 
 /// Every pool, in address order. The `bl` pool appears twice: its prologue sites, then its

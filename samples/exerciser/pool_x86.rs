@@ -10,7 +10,8 @@
 //!
 //! - `jmp32`: `NOP5` (off) / `JMP rel32` to the taken path (on). Static-key style.
 //! - `jmp8`: `NOP2` / `JMP rel8`. Static-key style, short form.
-//! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, index + 1`.
+//! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, index + 1`; with
+//!   return thunks, `NOP5` / `JMP __x86_return_thunk` ([`encode_ret`]).
 //! - `call`: `NOP5` / `CALL` to the trampoline at the function's entry. ftrace style.
 //!
 //! `mov eax, imm32` is spelled as its encoding (`b8` and the immediate) because the immediate
@@ -22,7 +23,9 @@
 //! jumps only and need none. objtool does not seal these ENDBRs (only those at a symbol's start
 //! that nothing references, and the pools' symbols are referenced).
 
+use super::engine_api::{self, Op};
 use super::pool::{Pool, PoolKind};
+use kernel::prelude::*;
 
 /// Functions per pool. `jmp32` exceeds the engine's batch limit (4096) by design.
 pub(crate) const JMP32: usize = 4160;
@@ -167,6 +170,25 @@ extern "C" {
 /// The trampoline call sites call.
 pub(crate) fn trampoline() -> u64 {
     (&raw const textpoke_ex_tramp) as usize as u64
+}
+
+#[cfg(CONFIG_MITIGATION_RETHUNK)]
+extern "C" {
+    static __x86_return_thunk: [u8; 0];
+}
+
+/// Encodes the `on` instruction of the `ret` site at `addr` into `on`: `RET`, or, in a kernel
+/// that sends every return through a return thunk (`CONFIG_MITIGATION_RETHUNK`), a `JMP` to
+/// `__x86_return_thunk`, the return the compiler writes there. textpoke refuses a bare `RET` in
+/// such a kernel (`arch/x86/mod.rs`); the site returns all the same.
+pub(crate) fn encode_ret(addr: u64, on: &mut [u8]) -> Result {
+    #[cfg(CONFIG_MITIGATION_RETHUNK)]
+    {
+        let thunk = (&raw const __x86_return_thunk) as usize as u64;
+        engine_api::encode(Op::Jmp, addr, thunk, on)
+    }
+    #[cfg(not(CONFIG_MITIGATION_RETHUNK))]
+    engine_api::encode(Op::Ret, addr, 0, on)
 }
 
 /// Every pool, in address order.
