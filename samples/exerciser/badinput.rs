@@ -48,7 +48,8 @@ fn guard(len: usize) -> &'static [u8] {
     }
 }
 
-/// Runs bad-input case `name` against the engine; see [`super::uapi::BAD_INPUT_CASES`].
+/// Runs bad-input case `name` against the engine; the agent's table of them (errno, log line,
+/// targets) is `expected()` in tools/agent/src/badinput.rs.
 pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> Result {
     let site = first(shared, PoolKind::Branch)?;
     let other = shared
@@ -100,6 +101,16 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
             )
         }
         b"guard_collision" => Batch::begin()?.add(site.addr, guard(site.len)),
+        b"ret_with_return_thunks" => {
+            // x86 with return thunks (`CONFIG_MITIGATION_RETHUNK`): a bare `RET`, padded with
+            // `INT3`, which would return around the thunk. Elsewhere `RET` is no bad input.
+            if !(cfg!(CONFIG_X86_64) && cfg!(CONFIG_MITIGATION_RETHUNK)) {
+                return Err(EINVAL);
+            }
+            let ret = first(shared, PoolKind::Ret)?;
+            let insn = [0xc3, 0xcc, 0xcc, 0xcc, 0xcc];
+            Batch::begin()?.add(ret.addr, insn.get(..ret.len).ok_or(EINVAL)?)
+        }
         b"misaligned" => {
             if cfg!(CONFIG_X86_64) {
                 // x86 instructions have no alignment: nothing to refuse.

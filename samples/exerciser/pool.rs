@@ -18,7 +18,7 @@ pub(crate) enum PoolKind {
     Branch,
     /// Static-key style short branch: x86 `NOP2`/`JMP rel8`.
     ShortBranch,
-    /// Early return: `NOP` / `RET` (x86 with return thunks: `JMP` to the thunk).
+    /// Early return: `NOP` / `RET` (x86 with return thunks: a `JMP` to the function's `RET`).
     Ret,
     /// ftrace style call: x86 `NOP5`/`CALL`, arm64 `NOP`/`BL`, to the trampoline.
     Call,

@@ -11,7 +11,7 @@
 //! - `jmp32`: `NOP5` (off) / `JMP rel32` to the taken path (on). Static-key style.
 //! - `jmp8`: `NOP2` / `JMP rel8`. Static-key style, short form.
 //! - `ret`: `NOP5` / `RET` padded with `INT3`, an early return after `mov eax, index + 1`; with
-//!   return thunks, `NOP5` / `JMP __x86_return_thunk` ([`encode_ret`]).
+//!   return thunks, `NOP5` / `JMP` to the function's own `RET` ([`encode_ret`]).
 //! - `call`: `NOP5` / `CALL` to the trampoline at the function's entry. ftrace style.
 //!
 //! `mov eax, imm32` is spelled as its encoding (`b8` and the immediate) because the immediate
@@ -172,20 +172,16 @@ pub(crate) fn trampoline() -> u64 {
     (&raw const textpoke_ex_tramp) as usize as u64
 }
 
-#[cfg(CONFIG_MITIGATION_RETHUNK)]
-extern "C" {
-    static __x86_return_thunk: [u8; 0];
-}
-
 /// Encodes the `on` instruction of the `ret` site at `addr` into `on`: `RET`, or, in a kernel
-/// that sends every return through a return thunk (`CONFIG_MITIGATION_RETHUNK`), a `JMP` to
-/// `__x86_return_thunk`, the return the compiler writes there. textpoke refuses a bare `RET` in
-/// such a kernel (`arch/x86/mod.rs`); the site returns all the same.
+/// built to send every return through a return thunk (`CONFIG_MITIGATION_RETHUNK`), a `JMP` to
+/// the function's own return, the `RET` after its `xor eax, eax` (2 bytes), which returns the
+/// same. textpoke refuses a bare `RET` in such a kernel (`arch/x86/mod.rs`), and the kernel's own
+/// `__x86_return_thunk` is only a placeholder until the kernel patches the returns that use it
+/// (executed, it warns "Unpatched return thunk in use").
 pub(crate) fn encode_ret(addr: u64, on: &mut [u8]) -> Result {
     #[cfg(CONFIG_MITIGATION_RETHUNK)]
     {
-        let thunk = (&raw const __x86_return_thunk) as usize as u64;
-        engine_api::encode(Op::Jmp, addr, thunk, on)
+        engine_api::encode(Op::Jmp, addr, addr.wrapping_add(5 + 2), on)
     }
     #[cfg(not(CONFIG_MITIGATION_RETHUNK))]
     engine_api::encode(Op::Ret, addr, 0, on)

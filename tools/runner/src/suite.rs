@@ -406,6 +406,21 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
         }
     }
     if suite == Suite::Test && arches.contains(&Arch::X86_64) {
+        // x86 as distributions build it: IBT and every CPU mitigation Debian enables (return
+        // thunks, retpolines, page-table isolation, ...), clang 19, objtool-checked modules,
+        // the same suite.
+        let mut mitigations = guest(
+            Arch::X86_64,
+            "x86_64-mitigations",
+            2,
+            1024,
+            "test",
+            "textpoke_agent",
+        );
+        mitigations.variant = Variant::Mitigations;
+        boots.push(mitigations);
+    }
+    if suite == Suite::Test && arches.contains(&Arch::X86_64) {
         boots.push(harness(
             "not-ok",
             "not_ok",
@@ -975,6 +990,7 @@ mod tests {
                 "x86_64-smp4",
                 "arm64-smp2",
                 "arm64-smp4",
+                "x86_64-mitigations",
                 "harness-not-ok",
                 "harness-hang",
                 "harness-warn",
@@ -988,9 +1004,17 @@ mod tests {
             [
                 (Arch::X86_64, Variant::Patched),
                 (Arch::Arm64, Variant::Patched),
+                (Arch::X86_64, Variant::Mitigations),
                 (Arch::X86_64, Variant::Unpatched)
             ]
         );
+        let mitigations = m
+            .boots
+            .iter()
+            .find(|b| b.variant == Variant::Mitigations)
+            .unwrap();
+        assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
+        assert_eq!(mitigations.require, TEST_SUITES);
         let expected = m.expected_reports();
         let named = |source| {
             expected

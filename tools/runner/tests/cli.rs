@@ -404,7 +404,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         common::stdout(&o),
-        "x86_64 patched\narm64 patched\nx86_64 unpatched\n"
+        "x86_64 patched\narm64 patched\nx86_64 mitigations\nx86_64 unpatched\n"
     );
     // Only the x86_64 guests were built: the arm64 one "failed".
     let o = run(&[
@@ -442,6 +442,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         format!("  arm64-smp2: {boot}"),
         format!("  arm64-smp2.kunit: {kunit}"),
         format!("  arm64-smp4: {boot}"),
+        format!("  x86_64-mitigations: {boot}"),
         format!("  harness-foreign-brk: {boot}"),
         format!("  harness-foreign-brk-swallowed: {boot}"),
     ];
@@ -461,10 +462,10 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     }
     assert_eq!(missing, want, "{stdout}");
     // 2 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
-    // the failures they must be (4 failed); the 3 arm64 boots never ran, and neither did the
-    // kunit.py cross-checks, since no kunit.py was given (5 failed); and the 9 host checks never
-    // reported.
-    assert_count(&stdout, "4 passed, 19 failed");
+    // the failures they must be (4 failed); the 3 arm64 boots and the x86_64 mitigations boot
+    // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (6
+    // failed); and the 9 host checks never reported.
+    assert_count(&stdout, "4 passed, 20 failed");
 }
 
 /// The manifest `plan` wrote into `out`.
@@ -578,7 +579,7 @@ fn a_killed_host_lane_fails_the_summary_by_name() {
         assert!(!stdout.contains(&format!("  {name}: never")), "{stdout}");
     }
     // 4 guest boots of 2 tests, 6 harness boots, 2 kunit.py cross-checks, 5 host checks.
-    assert_count(&stdout, "21 passed, 4 failed");
+    assert_count(&stdout, "23 passed, 4 failed");
 }
 
 #[test]
@@ -587,12 +588,12 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     let out = s.out();
     let m = plan_and_boot_everything(&out);
     record_planned(&out, &m, &[]);
-    assert_count(&summary(&out, 0), "25 passed, 0 failed");
+    assert_count(&summary(&out, 0), "27 passed, 0 failed");
 
     fs::remove_file(out.join("loom.json")).unwrap();
     let stdout = summary(&out, 1);
     assert_never_reported(&stdout, "loom");
-    assert_count(&stdout, "24 passed, 1 failed");
+    assert_count(&stdout, "26 passed, 1 failed");
 }
 
 #[test]
@@ -617,7 +618,7 @@ fn a_failed_record_counts_its_check_as_failed() {
         stdout.contains("\n  clippy: as tools/test.sh records it"),
         "{stdout}"
     );
-    assert_count(&stdout, "23 passed, 2 failed");
+    assert_count(&stdout, "25 passed, 2 failed");
 }
 
 #[test]
