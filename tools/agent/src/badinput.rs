@@ -141,11 +141,23 @@ fn expected(sites: &[Site]) -> Result<Vec<Expected>, String> {
             targets: vec![],
         },
     ];
-    // The exerciser's `ret` sites switch to a `JMP` instead of a `RET` in a kernel with return
-    // thunks (`encode_ret` in samples/exerciser/pool_x86.rs), where textpoke must refuse a bare
-    // `RET` (`arch/x86/mod.rs`, `RETURN_THUNKS`).
-    let ret = sites.iter().find(|s| s.kind == "ret");
-    if let Some(ret) = ret.filter(|r| x86 && r.on.first() == Some(&0xe9)) {
+    // In a kernel with return thunks textpoke must refuse a bare `RET` (`arch/x86/mod.rs`,
+    // `RETURN_THUNKS`). The runner says which boots have such a kernel
+    // (`textpoke.return_thunks=1`); the exerciser's `ret` sites agree, switching to a `JMP`
+    // there (`encode_ret` in samples/exerciser/pool_x86.rs).
+    let thunks = sys::cmdline_param("textpoke.return_thunks").as_deref() == Some("1");
+    let ret = sites
+        .iter()
+        .find(|s| s.kind == "ret")
+        .ok_or("no ret site")?;
+    if x86 && thunks != (ret.on.first() == Some(&0xe9)) {
+        return Err(format!(
+            "textpoke.return_thunks={} but the exerciser's ret sites switch to {:02x?}",
+            u8::from(thunks),
+            ret.on
+        ));
+    }
+    if x86 && thunks {
         cases.push(Expected {
             name: "ret_with_return_thunks",
             refusal: refusal::UNSUPPORTED,

@@ -418,6 +418,9 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             "textpoke_agent",
         );
         mitigations.variant = Variant::Mitigations;
+        // The agent then asks for the bad-input case that only such a kernel has, so that it
+        // cannot vanish unnoticed (tools/agent/src/badinput.rs).
+        mitigations.append.push_str(" textpoke.return_thunks=1");
         boots.push(mitigations);
     }
     if suite == Suite::Test && arches.contains(&Arch::X86_64) {
@@ -1015,6 +1018,7 @@ mod tests {
             .unwrap();
         assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
         assert_eq!(mitigations.require, TEST_SUITES);
+        assert!(mitigations.append.contains("textpoke.return_thunks=1"));
         let expected = m.expected_reports();
         let named = |source| {
             expected
