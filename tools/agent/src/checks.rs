@@ -586,17 +586,14 @@ pub fn replay_checked(
     let mut sorted: Vec<&TextPokeRec> = pokes.iter().collect();
     sorted.sort_by_key(|p| (p.time, p.id));
     let mut applied = 0;
-    let mut at_addr: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     {
         let mut t = TextImage::new(base, &mut image);
-        for p in sorted {
+        for (i, p) in sorted.iter().enumerate() {
             match t.apply(&p.as_text_poke()) {
                 Ok(Applied::NotCovered) => {}
-                Ok(_) => {
-                    applied += 1;
-                    *at_addr.entry(p.addr).or_default() += 1;
-                }
+                Ok(_) => applied += 1,
                 Err(ReplayError::OldMismatch { offset }) => {
+                    // A mismatch is found only where the image covers the record.
                     let held = p
                         .addr
                         .checked_sub(base)
@@ -610,7 +607,9 @@ pub fn replay_checked(
                         old: p.old.clone(),
                         new: p.new.clone(),
                         held,
-                        earlier: at_addr.get(&p.addr).copied().unwrap_or(0),
+                        // Every record before it at its address applied (or it would have
+                        // failed first).
+                        earlier: sorted[..i].iter().filter(|q| q.addr == p.addr).count(),
                     });
                 }
                 Err(e) => {
