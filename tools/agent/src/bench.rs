@@ -3,9 +3,13 @@
 //! (samples/textpoke_bench.c).
 //!
 //! For every size N the agent runs rounds: in each round every mode flips the N sites once, in
-//! a fixed order (textpoke, upstream static key, then on arm64 nosync and stop_machine, then
-//! `idle`, the baseline), so the modes are interleaved (ABAB...) and share whatever the
-//! emulator and the host were doing at the time. Every flip is one sample, one
+//! a fixed order (textpoke with nobody listening, textpoke with a tracer listening, upstream
+//! static key, then on arm64 nosync and stop_machine, then `idle`, the baseline), so the modes
+//! are interleaved (ABAB...) and share whatever the emulator and the host were doing at the
+//! time. textpoke's two modes are the same batch: `textpoke` is what a machine nobody traces
+//! pays (the quiet path: no record, and on arm64 no guard), `textpoke_listened` what a traced
+//! one pays (a `text_poke` perf event is open around the flip, so the batch guards and records,
+//! kernel/batch.rs, `Batch::commit_with`). Every flip is one sample, one
 //! `textpoke-bench:` JSON line in the log: its time, the all-CPU sync rounds (textpoke counts
 //! its own; the others' are known: see the module), the records it emitted, the function-call
 //! IPIs counted in `/proc/interrupts` around it (raw: the host subtracts the `idle` samples'
@@ -28,6 +32,10 @@ use textpoke_agent::sys;
 
 const DIR: &str = "/sys/kernel/debug/textpoke_bench";
 const SIZES: [u32; 4] = [1, 16, 256, 4096];
+/// textpoke's mode in samples/textpoke_bench.c, and its sample with nobody listening.
+const TEXTPOKE: &str = "textpoke";
+/// textpoke's sample with a `text_poke` perf event open (tools/runner/src/flips.rs reads both).
+const LISTENED: &str = "textpoke_listened";
 
 /// Rounds at size `n`: at least 20 samples per mode and size, except arm64 at 4096 sites, where
 /// under TCG one round (every mode once) takes over three minutes (every text write is a fixmap
@@ -249,14 +257,27 @@ fn sample_json(p: &Place, rep: &Rep, call_ipis: u64, engine: Option<&Engine>) ->
 /// Flips `mode`'s `n` sites once and returns what the module measured, the function-call
 /// IPIs taken meanwhile (raw: with what starting and stopping the executors costs) and, for
 /// textpoke, what the engine's counters say of it.
+///
+/// A textpoke sample fails unless it emitted what its mode says: a record per site with a
+/// listener, none without; otherwise the two columns would not measure what they are named for.
 fn sample(mode: &str, n: u32) -> Result<(Rep, u64, Option<Engine>), String> {
-    let engine_before = if mode == "textpoke" {
+    let (module_mode, listener) = match mode {
+        LISTENED => (
+            TEXTPOKE,
+            Some(
+                textpoke_agent::perf::Listener::open()
+                    .map_err(|e| format!("opening a listener: {e}"))?,
+            ),
+        ),
+        other => (other, None),
+    };
+    let engine_before = if module_mode == TEXTPOKE {
         Some(engine_counters()?)
     } else {
         None
     };
     let before = call_ipis();
-    control(&format!("run mode={mode} n={n} reps=1"))?;
+    control(&format!("run mode={module_mode} n={n} reps=1"))?;
     let ipis = call_ipis().saturating_sub(before);
     let engine = match engine_before {
         Some(b) => Some(engine_delta(&b, &engine_counters()?)?),
@@ -267,6 +288,13 @@ fn sample(mode: &str, n: u32) -> Result<(Rep, u64, Option<Engine>), String> {
         .lines()
         .find_map(parse_rep)
         .ok_or_else(|| format!("{mode} n={n}: no result in {text:?}"))?;
+    drop(listener);
+    if module_mode == TEXTPOKE {
+        let want = if mode == LISTENED { u64::from(n) } else { 0 };
+        if rep.records != want {
+            return Err(format!("{mode} n={n}: {} records, not {want}", rep.records));
+        }
+    }
     Ok((rep, ipis, engine))
 }
 
@@ -314,9 +342,16 @@ pub fn run(ktap: &mut Ktap) {
     cases.push(Case::check("load", loaded.is_ok(), format!("{loaded:?}")));
     if loaded.is_ok() {
         let modes: &[&str] = if cfg!(target_arch = "aarch64") {
-            &["textpoke", "static_key", "nosync", "stop_machine", "idle"]
+            &[
+                TEXTPOKE,
+                LISTENED,
+                "static_key",
+                "nosync",
+                "stop_machine",
+                "idle",
+            ]
         } else {
-            &["textpoke", "static_key", "idle"]
+            &[TEXTPOKE, LISTENED, "static_key", "idle"]
         };
         let reps_override: Option<u32> =
             sys::cmdline_param("textpoke.bench_reps").and_then(|v| v.parse().ok());

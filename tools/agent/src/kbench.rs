@@ -2,10 +2,13 @@
 //! function tracer on every function, turned on and off, and `kernel.sched_schedstats` (the
 //! 56-site key of the 2019 batching work; 65 sites in this kernel) turned on and off.
 //!
-//! Each round runs every workload once with textpoke loaded (so the kernel hands it the
-//! changes: kernel/patcher.rs) and once with it unloaded (the stock path: x86's own `INT3`
-//! batches of at most 256 sites, arm64's unguarded writes), the two orders alternating from
-//! round to round (ABBA...). Every (round, path, workload) is one `textpoke-kbench:` JSON line:
+//! Each round runs every workload once on each of three paths: textpoke loaded with nobody
+//! listening (so the kernel hands it the changes, kernel/patcher.rs, and they take the quiet
+//! path), textpoke loaded with a `text_poke` perf event open (guarded and recorded, as on a
+//! traced machine), and textpoke unloaded (the stock path: x86's own `INT3` batches of at most
+//! 256 sites, arm64's unguarded writes). The order turns from round to round, and every other
+//! round runs backwards: over six rounds each path takes each place twice.
+//! Every (round, path, workload) is one `textpoke-kbench:` JSON line:
 //! its wall time, the function-call IPIs counted in `/proc/interrupts` around it, and with
 //! textpoke its own counters (sites, batches, all-CPU syncs, records, traps). The runner turns
 //! them into the table (tools/runner/src/kbench.rs). Nothing is asserted on timing: the KTAP
@@ -40,14 +43,34 @@ fn workload(name: &str) -> Result<(), String> {
     }
 }
 
-/// Loads or unloads textpoke so that the kernel's changes take `path`.
-fn take_path(path: &str) -> Result<(), String> {
+/// The paths, in the order of round 0.
+const PATHS: [&str; 3] = ["textpoke", "textpoke_listened", "stock"];
+
+/// The paths in round `round`'s order: turned by the round, every other round backwards.
+fn order(round: u32) -> [&'static str; 3] {
+    let mut order = PATHS;
+    order.rotate_left((round / 2) as usize % PATHS.len());
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// Loads or unloads textpoke so that the kernel's changes take `path`; for
+/// `textpoke_listened`, opens the listener the path holds while its workloads run.
+fn take_path(path: &str) -> Result<Option<textpoke_agent::perf::Listener>, String> {
     let loaded = std::path::Path::new("/sys/module/textpoke").exists();
     match (path, loaded) {
-        ("textpoke", false) => crate::load("textpoke", ""),
-        ("stock", true) => sys::unload_module("textpoke").map_err(|e| format!("unload: {e}")),
-        _ => Ok(()),
+        ("textpoke" | "textpoke_listened", false) => crate::load("textpoke", "")?,
+        ("stock", true) => sys::unload_module("textpoke").map_err(|e| format!("unload: {e}"))?,
+        _ => {}
     }
+    if path != "textpoke_listened" {
+        return Ok(None);
+    }
+    textpoke_agent::perf::Listener::open()
+        .map(Some)
+        .map_err(|e| format!("opening a listener: {e}"))
 }
 
 /// Runs the rounds, logging each sample with `log`; returns the KTAP cases.
@@ -56,16 +79,14 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
     let mut taken_by_textpoke = 0u64;
     let mut samples = 0u32;
     for round in 0..ROUNDS {
-        let order = if round % 2 == 0 {
-            ["textpoke", "stock"]
-        } else {
-            ["stock", "textpoke"]
-        };
-        for path in order {
-            if let Err(e) = take_path(path) {
-                failures.push(format!("round {round}, {path}: {e}"));
-                continue;
-            }
+        for path in order(round) {
+            let _listener = match take_path(path) {
+                Ok(listener) => listener,
+                Err(e) => {
+                    failures.push(format!("round {round}, {path}: {e}"));
+                    continue;
+                }
+            };
             for w in WORKLOADS {
                 let counters = crate::kernel_patching::counters;
                 let (c0, ipis0) = (counters(), super::bench::call_ipis());
@@ -80,7 +101,19 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                 // `counters()` keeps textpoke's `kernel.*` lines, prefix and all.
                 let moved = crate::kernel_patching::counters_moved(&c0, &c1);
                 let d = |k: &str| moved.get(&format!("kernel.{k}")).copied().unwrap_or(0);
-                taken_by_textpoke += if path == "textpoke" { d("sites") } else { 0 };
+                if path != "stock" {
+                    taken_by_textpoke += d("sites");
+                    // Each textpoke path must be what it is named for: records with a
+                    // listener, none without.
+                    let listened = path == "textpoke_listened";
+                    if d("sites") > 0 && (d("records") > 0) != listened {
+                        failures.push(format!(
+                            "round {round}, {path}, {w}: {} records for {} sites",
+                            d("records"),
+                            d("sites")
+                        ));
+                    }
+                }
                 samples += 1;
                 log(&format!(
                     "{PREFIX}{{\"arch\":\"{arch}\",\"cpus\":{cpus},\"round\":{round},\"rounds\":{ROUNDS},\
@@ -99,7 +132,7 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
     // Leave the kernel as found: textpoke unloaded, tracer off.
     let _ = crate::kernel_patching::tracer("nop");
     let _ = take_path("stock");
-    let expected = ROUNDS * 2 * WORKLOADS.len() as u32;
+    let expected = ROUNDS * PATHS.len() as u32 * WORKLOADS.len() as u32;
     vec![
         Case::check(
             "kernel_patching_samples",
@@ -115,4 +148,19 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
             "textpoke made {taken_by_textpoke} of the kernel's changes"
         )),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_takes_every_place_twice_in_six_rounds() {
+        for path in PATHS {
+            for place in 0..PATHS.len() {
+                let times = (0..6).filter(|&r| order(r)[place] == path).count();
+                assert_eq!(times, 2, "{path} at place {place}");
+            }
+        }
+    }
 }

@@ -12,22 +12,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::breakdown;
 use crate::gaps;
-use crate::section::{
-    parse_lines, ratio_ci_text, ratio_text, runner_arch, us, Headline, Log, Section, SEED,
-};
+use crate::section::{parse_lines, ratio_ci_text, runner_arch, us, Headline, Log, Section, SEED};
 use crate::stats::{bootstrap_ratio_of_medians, fold_seed, median, Interval, Spread, RESAMPLES};
 
 /// Prefix of a sample line in the guest's log (after the printk prefix).
 pub const PREFIX: &str = "textpoke-bench: ";
 /// Samples per mode and size the bench aims for; fewer is pointed out in the report.
 pub const MIN_SAMPLES: usize = 20;
-/// The mode the others are compared with.
+/// textpoke with nobody listening (the quiet path): the mode the others are compared with.
 pub const TEXTPOKE: &str = "textpoke";
+/// textpoke with a tracer listening (guarded and recorded), compared with the others too.
+pub const LISTENED: &str = "textpoke_listened";
 /// The baseline mode: everything but the patching.
 pub const IDLE: &str = "idle";
 /// The modes, in the order tables and plots show them, with a label for people.
-pub const MODES: [(&str, &str); 4] = [
-    (TEXTPOKE, "textpoke"),
+pub const MODES: [(&str, &str); 5] = [
+    (TEXTPOKE, "textpoke, nobody listening"),
+    (LISTENED, "textpoke, a tracer listening"),
     ("static_key", "upstream static key"),
     ("nosync", "nosync + kick"),
     ("stop_machine", "stop_machine"),
@@ -151,14 +152,19 @@ pub struct ConfigStats {
     pub trapped: Option<gaps::Trapped>,
 }
 
-/// textpoke's median time over another mode's at one N, with its confidence interval.
+/// One of textpoke's modes' median time over another mode's at one N, with its confidence
+/// interval.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Ratio {
     /// Sites per flip.
     pub n: u32,
-    /// The mode textpoke is compared with.
+    /// textpoke's mode ([`TEXTPOKE`] or [`LISTENED`]; reports written before the listener
+    /// had only the first).
+    #[serde(default = "textpoke_mode")]
+    pub of: String,
+    /// The mode it is compared with.
     pub mode: String,
-    /// `median(textpoke) / median(mode)`.
+    /// `median(of) / median(mode)`.
     pub ratio: f64,
     /// Its 95% bootstrap interval.
     pub ci95: Option<Interval>,
@@ -166,6 +172,22 @@ pub struct Ratio {
     pub resamples: usize,
     /// The bootstrap's seed.
     pub seed: u64,
+}
+
+fn textpoke_mode() -> String {
+    TEXTPOKE.to_owned()
+}
+
+/// The comparisons the report makes: each of textpoke's modes against every other mode but
+/// itself and `idle`, and nobody listening against the listened mode only from its side.
+fn comparisons() -> impl Iterator<Item = (&'static str, &'static str)> {
+    [TEXTPOKE, LISTENED].into_iter().flat_map(|of| {
+        MODES
+            .iter()
+            .map(|(m, _)| *m)
+            .filter(move |&m| m != of && !(of == TEXTPOKE && m == LISTENED))
+            .map(move |m| (of, m))
+    })
 }
 
 /// One boot the samples came from.
@@ -187,7 +209,7 @@ pub struct FlipsReport {
     pub sources: Vec<Source>,
     /// Per (mode, N), modes in [`MODES`] order then `idle`, N ascending.
     pub configs: Vec<ConfigStats>,
-    /// Per N and non-textpoke mode.
+    /// Per N and comparison (`comparisons`).
     pub ratios: Vec<Ratio>,
     /// Every sample, in log order.
     pub samples: Vec<Sample>,
@@ -209,8 +231,9 @@ pub fn mode_label(mode: &str) -> &str {
         .map_or(mode, |(_, l)| l)
 }
 
-fn seed_for(n: u32, mode: &str) -> u64 {
-    fold_seed(SEED ^ u64::from(n), mode)
+/// The bootstrap's seed of a comparison.
+fn seed_for(n: u32, of: &str, mode: &str) -> u64 {
+    fold_seed(SEED ^ u64::from(n), &format!("{of} {mode}"))
 }
 
 /// The times of the flips of (mode, N), in nanoseconds, in log order.
@@ -278,8 +301,8 @@ pub fn analyse(samples: Vec<Sample>, sources: Vec<Source>) -> FlipsReport {
     let mut ratios = Vec::new();
     let sizes: BTreeSet<u32> = samples.iter().map(|s| s.n).collect();
     for &n in &sizes {
-        let tp = times(&samples, TEXTPOKE, n);
-        for (mode, _) in MODES.iter().skip(1) {
+        for (of, mode) in comparisons() {
+            let tp = times(&samples, of, n);
             let other = times(&samples, mode, n);
             let (Some(a), Some(b)) = (median(&tp), median(&other)) else {
                 continue;
@@ -287,10 +310,11 @@ pub fn analyse(samples: Vec<Sample>, sources: Vec<Source>) -> FlipsReport {
             if b <= 0.0 {
                 continue;
             }
-            let seed = seed_for(n, mode);
+            let seed = seed_for(n, of, mode);
             ratios.push(Ratio {
                 n,
-                mode: (*mode).to_owned(),
+                of: of.to_owned(),
+                mode: mode.to_owned(),
                 ratio: a / b,
                 ci95: bootstrap_ratio_of_medians(&tp, &other, RESAMPLES, seed),
                 resamples: RESAMPLES,
@@ -312,9 +336,11 @@ impl FlipsReport {
         self.configs.iter().find(|c| c.mode == mode && c.n == n)
     }
 
-    /// textpoke's ratio to `mode` at `n`.
-    pub fn ratio(&self, mode: &str, n: u32) -> Option<&Ratio> {
-        self.ratios.iter().find(|r| r.mode == mode && r.n == n)
+    /// textpoke's mode `of`'s ratio to `mode` at `n`.
+    pub fn ratio(&self, of: &str, mode: &str, n: u32) -> Option<&Ratio> {
+        self.ratios
+            .iter()
+            .find(|r| r.of == of && r.mode == mode && r.n == n)
     }
 
     /// The sizes measured, ascending.
@@ -380,81 +406,46 @@ impl FlipsReport {
             out,
             "### {arch}, {cpus} CPUs (QEMU TCG): time per batch, median (p25–p75) over the samples, IPIs per batch\n"
         );
-        if arch == "x86_64" && modes == [TEXTPOKE, "static_key"] {
-            let _ = writeln!(
-                out,
-                "| N | samples | textpoke µs | upstream static key µs | time ratio (95% CI) | textpoke syncs | \
-                 textpoke call IPIs | upstream call IPIs | IPI ratio | stall textpoke µs | \
-                 stall upstream µs |"
-            );
-            let _ = writeln!(
-                out,
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-            );
-            for &n in &sizes {
-                let (Some(t), Some(u)) = (self.config(TEXTPOKE, n), self.config("static_key", n))
-                else {
+        let _ = writeln!(
+            out,
+            "| N | mode | samples | µs/batch | textpoke ÷ mode (95% CI) | \
+             textpoke listened ÷ mode (95% CI) | syncs | call IPIs/batch | stall µs | \
+             TEXT_POKE stream |"
+        );
+        let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        for &n in &sizes {
+            for mode in &modes {
+                let Some(c) = self.config(mode, n) else {
                     continue;
                 };
-                let samples = if t.time_ns.samples == u.time_ns.samples {
-                    t.time_ns.samples.to_string()
-                } else {
-                    format!("{}/{}", t.time_ns.samples, u.time_ns.samples)
+                // The listened mode is compared with nobody listening from its own side only.
+                let against = |of: &str| match (of, *mode) {
+                    _ if *mode == of => "1".to_owned(),
+                    (TEXTPOKE, LISTENED) => "–".to_owned(),
+                    _ => ratio_cell(self.ratio(of, mode, n)),
                 };
-                let ipi_ratio = match (t.call_ipis, u.call_ipis) {
-                    (Some(a), Some(b)) if b > 0.0 => ratio_text(a / b),
-                    _ => "n/a".into(),
+                // make test replays textpoke's stream onto /proc/kcore; here only the count.
+                let stream = if c.records >= f64::from(n) {
+                    format!(
+                        "yes, {:.0} record{} per batch",
+                        c.records,
+                        if n > 1 { "s" } else { "" }
+                    )
+                } else {
+                    "none".into()
                 };
                 let _ = writeln!(
                     out,
-                    "| {n} | {samples} | {} | {} | {} | {:.0} | {} | {} | {ipi_ratio} | {} | {} |",
-                    spread_cell(&t.time_ns),
-                    spread_cell(&u.time_ns),
-                    ratio_cell(self.ratio("static_key", n)),
-                    t.syncs,
-                    ipis_cell(t),
-                    ipis_cell(u),
-                    stall_cell(t),
-                    stall_cell(u),
+                    "| {n} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {stream} |",
+                    mode_label(mode),
+                    c.time_ns.samples,
+                    spread_cell(&c.time_ns),
+                    against(TEXTPOKE),
+                    against(LISTENED),
+                    c.syncs,
+                    ipis_cell(c),
+                    stall_cell(c),
                 );
-            }
-        } else {
-            let _ = writeln!(
-                out,
-                "| N | mode | samples | µs/batch | textpoke ÷ mode (95% CI) | call IPIs/batch | \
-                 stall µs | TEXT_POKE stream |"
-            );
-            let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---|");
-            for &n in &sizes {
-                for mode in &modes {
-                    let Some(c) = self.config(mode, n) else {
-                        continue;
-                    };
-                    let ratio = if *mode == TEXTPOKE {
-                        "1".to_owned()
-                    } else {
-                        ratio_cell(self.ratio(mode, n))
-                    };
-                    // make test replays textpoke's stream onto /proc/kcore; here only the count.
-                    let stream = if c.records >= f64::from(n) {
-                        format!(
-                            "yes, {:.0} record{} per batch",
-                            c.records,
-                            if n > 1 { "s" } else { "" }
-                        )
-                    } else {
-                        "none".into()
-                    };
-                    let _ = writeln!(
-                        out,
-                        "| {n} | {} | {} | {} | {ratio} | {} | {} | {stream} |",
-                        mode_label(mode),
-                        c.time_ns.samples,
-                        spread_cell(&c.time_ns),
-                        ipis_cell(c),
-                        stall_cell(c),
-                    );
-                }
             }
         }
         let _ = writeln!(out);
@@ -467,8 +458,10 @@ impl FlipsReport {
         );
         let _ = writeln!(
             out,
-            "- Time ratio: textpoke's median over the other's; 95% CI by percentile bootstrap \
-             ({RESAMPLES} resamples of each side, SplitMix64 seeded per N and mode)."
+            "- Time ratio: textpoke's median (nobody listening, or a tracer listening: a \
+             `text_poke` perf event open around the flip) over the other's; 95% CI by percentile \
+             bootstrap \
+             ({RESAMPLES} resamples of each side, SplitMix64 seeded per N and comparison)."
         );
         let _ = writeln!(
             out,
@@ -594,7 +587,12 @@ impl Section for FlipsReport {
         self.ratios
             .iter()
             .map(|r| Headline {
-                what: format!("flip time, textpoke ÷ {}, N = {}", mode_label(&r.mode), r.n),
+                what: format!(
+                    "flip time, {} ÷ {}, N = {}",
+                    mode_label(&r.of),
+                    mode_label(&r.mode),
+                    r.n
+                ),
                 ratio: r.ratio,
                 ci95: r.ci95,
             })
@@ -685,13 +683,19 @@ pub(crate) mod tests {
         assert!(p.problems[0].starts_with("line 4:"), "{:?}", p.problems);
     }
 
-    /// Three rounds at N = 16 of textpoke (300 µs, 15 IPIs), the static key (100 µs, 13 IPIs)
-    /// and idle (5 µs, 6 IPIs), the times 2 µs longer each round.
+    /// Three rounds at N = 16 of textpoke (300 µs, 15 IPIs), textpoke listened (600 µs, 15
+    /// IPIs), the static key (100 µs, 13 IPIs) and idle (5 µs, 6 IPIs), the times 2 µs longer
+    /// each round.
     pub(crate) fn idle_baseline_samples() -> Vec<Sample> {
         let mut samples = Vec::new();
         for round in 0..3 {
             let step = 2000 * u64::from(round);
-            samples.push(sample(TEXTPOKE, 16, round, 300_000 + step, 15));
+            let mut quiet = sample(TEXTPOKE, 16, round, 300_000 + step, 15);
+            quiet.records = 0;
+            samples.push(quiet);
+            let mut listened = sample(LISTENED, 16, round, 600_000 + step, 15);
+            (listened.syncs, listened.records) = (3, 16);
+            samples.push(listened);
             samples.push(sample("static_key", 16, round, 100_000 + step, 13));
             samples.push(sample(IDLE, 16, round, 5_000, 6));
         }
@@ -701,40 +705,54 @@ pub(crate) mod tests {
     #[test]
     fn analysis_subtracts_the_idle_baseline_and_compares_with_textpoke() {
         let r = analyse(idle_baseline_samples(), Vec::new());
-        assert_eq!(r.modes(), [TEXTPOKE, "static_key"]);
+        assert_eq!(r.modes(), [TEXTPOKE, LISTENED, "static_key"]);
         assert_eq!(r.sizes(), [16]);
         let t = r.config(TEXTPOKE, 16).unwrap();
         assert_eq!(t.time_ns.median, 302_000.0);
-        assert_eq!((t.call_ipis, t.syncs, t.records), (Some(9.0), 3.0, 16.0));
+        assert_eq!((t.call_ipis, t.syncs, t.records), (Some(9.0), 3.0, 0.0));
         assert_eq!(t.stall_max_ns, 3000);
         assert_eq!(r.config("static_key", 16).unwrap().call_ipis, Some(7.0));
-        let ratio = r.ratio("static_key", 16).unwrap();
+        let ratio = r.ratio(TEXTPOKE, "static_key", 16).unwrap();
         assert!((ratio.ratio - 302.0 / 102.0).abs() < 1e-12);
         let ci = ratio.ci95.unwrap();
         assert!(ci.lo <= ratio.ratio && ratio.ratio <= ci.hi, "{ci:?}");
         assert!(ci.lo >= 300.0 / 104.0 && ci.hi <= 304.0 / 100.0, "{ci:?}");
+        // The listened mode against the static key and against nobody listening; not the
+        // other way round.
+        let listened = r.ratio(LISTENED, "static_key", 16).unwrap();
+        assert!((listened.ratio - 602.0 / 102.0).abs() < 1e-12);
+        let cost = r.ratio(LISTENED, TEXTPOKE, 16).unwrap();
+        assert!((cost.ratio - 602.0 / 302.0).abs() < 1e-12);
+        assert!(r.ratio(TEXTPOKE, LISTENED, 16).is_none());
+        assert_ne!(listened.seed, ratio.seed);
         // The same samples give the same report.
         assert_eq!(analyse(r.samples.clone(), Vec::new()), r);
         let md = r.flips_markdown("x86_64", 4);
-        let row = md.lines().find(|l| l.starts_with("| 16 |")).unwrap();
+        let row = |label: &str| {
+            let head = format!("| 16 | {label} |");
+            md.lines()
+                .find(|l| l.starts_with(&head))
+                .unwrap_or_else(|| panic!("no {head} in {md}"))
+                .to_owned()
+        };
+        let quiet = row("textpoke, nobody listening");
         assert!(
-            row.starts_with("| 16 | 3 | 302 (301–303) | 102 (101–103) | 2.96 ("),
-            "{row}"
+            quiet.contains("| 3 | 302 (301–303) | 1 | 1.99 ("),
+            "{quiet}"
         );
+        assert!(quiet.ends_with(") | 3 | 9 | 2 (3) | none |"), "{quiet}");
+        let traced = row("textpoke, a tracer listening");
+        assert!(traced.contains("| 602 (601–603) | – | 1 | 3 |"), "{traced}");
         assert!(
-            row.ends_with(") | 3 | 9 | 7 | 1.29 | 2 (3) | 2 (3) |"),
-            "{row}"
+            traced.ends_with("| yes, 16 records per batch |"),
+            "{traced}"
         );
+        let key = row("upstream static key");
+        assert!(key.contains("| 102 (101–103) | 2.96 ("), "{key}");
+        assert!(key.contains(") | 5.90 ("), "{key}");
         assert!(
             md.contains("Fewer than 20 samples per mode: N=16: 3 (of 3 rounds planned)."),
             "{md}"
         );
-        // arm64's layout: a row per mode.
-        let md = r.flips_markdown("arm64", 4);
-        assert!(
-            md.contains("| 16 | upstream static key | 3 | 102 (101–103) | 2.96 ("),
-            "{md}"
-        );
-        assert!(md.contains("| yes, 16 records per batch |"), "{md}");
     }
 }

@@ -1,10 +1,11 @@
 //! The kernel's own patching through textpoke against its stock path, in the bench report:
 //! the function tracer on every function and `kernel.sched_schedstats`, each turned on and off
 //! (tools/agent/src/kbench.rs logs one `textpoke-kbench: {json}` line per round, path and
-//! workload, the two paths interleaved ABBA). Per workload: the sites textpoke changed, the
-//! spread of the time on each path, the ratio of the medians (textpoke over stock) with the
-//! same percentile bootstrap as the flips' ratios (see stats.rs), and the median function-call
-//! IPIs and all-CPU syncs.
+//! workload, three paths interleaved: textpoke with nobody listening, textpoke with a tracer
+//! listening, stock). Per workload and textpoke path: the sites textpoke changed, the spread of
+//! the time on each path, the ratio of the medians (textpoke over stock) with the same
+//! percentile bootstrap as the flips' ratios (see stats.rs), the median function-call IPIs,
+//! all-CPU syncs, records and traps.
 
 use std::fmt::Write as _;
 
@@ -26,6 +27,12 @@ pub const WORKLOADS: [&str; 4] = [
     "schedstats_off",
 ];
 
+/// textpoke's paths, in the order the report shows them: loaded with nobody listening (the
+/// quiet path), and loaded with a `text_poke` perf event open.
+pub const TEXTPOKE_PATHS: [&str; 2] = ["textpoke", "textpoke_listened"];
+/// The kernel's own path: textpoke unloaded.
+pub const STOCK: &str = "stock";
+
 /// One sample, as the agent logged it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KbenchSample {
@@ -37,7 +44,7 @@ pub struct KbenchSample {
     pub round: u32,
     /// Rounds planned.
     pub rounds: u32,
-    /// `textpoke` (loaded, the kernel's patcher) or `stock` (unloaded).
+    /// One of [`TEXTPOKE_PATHS`] (loaded, the kernel's patcher) or [`STOCK`] (unloaded).
     pub path: String,
     /// What the kernel was asked to do.
     pub workload: String,
@@ -61,7 +68,7 @@ pub struct KbenchSample {
 /// that could not be read (`line N: why`).
 pub fn parse_log(log: &str) -> (Vec<KbenchSample>, Vec<String>) {
     parse_lines(log, PREFIX, |s: &mut KbenchSample| {
-        if s.path != "textpoke" && s.path != "stock" {
+        if !TEXTPOKE_PATHS.contains(&s.path.as_str()) && s.path != STOCK {
             return Err(format!("unknown path {}", s.path));
         }
         s.arch = runner_arch(&s.arch);
@@ -69,11 +76,15 @@ pub fn parse_log(log: &str) -> (Vec<KbenchSample>, Vec<String>) {
     })
 }
 
-/// One workload's row.
+/// One workload's row on one of textpoke's paths.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KbenchRow {
     /// The workload.
     pub workload: String,
+    /// textpoke's path (one of [`TEXTPOKE_PATHS`]; reports written before the listener had
+    /// only the first).
+    #[serde(default = "quiet_path")]
+    pub path: String,
     /// Median sites textpoke changed.
     pub sites: f64,
     /// Time with textpoke.
@@ -92,14 +103,22 @@ pub struct KbenchRow {
     pub ipis_textpoke: f64,
     /// See `ipis_textpoke`.
     pub ipis_stock: f64,
+    /// Median records textpoke emitted.
+    #[serde(default)]
+    pub records: f64,
     /// Median traps on textpoke's guards.
     pub traps: f64,
+}
+
+fn quiet_path() -> String {
+    TEXTPOKE_PATHS[0].to_owned()
 }
 
 /// The kernel benchmark of one arch: the `kbench` part of `bench-ARCH.json`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KbenchReport {
-    /// Per workload with samples on both paths, in [`WORKLOADS`] order.
+    /// Per workload and textpoke path with samples on it and on the stock path, in
+    /// [`WORKLOADS`] order, then [`TEXTPOKE_PATHS`] order.
     pub rows: Vec<KbenchRow>,
     /// Every sample, in log order.
     pub samples: Vec<KbenchSample>,
@@ -120,37 +139,41 @@ fn values(samples: &[KbenchSample], w: &str, path: &str, f: fn(&KbenchSample) ->
 pub fn analyse(samples: Vec<KbenchSample>) -> KbenchReport {
     let mut rows = Vec::new();
     for w in WORKLOADS {
-        let (a, b) = (
-            values(&samples, w, "textpoke", |s| s.ns),
-            values(&samples, w, "stock", |s| s.ns),
-        );
-        let (Some(textpoke), Some(stock)) = (Spread::of(&a), Spread::of(&b)) else {
-            continue;
-        };
-        if stock.median <= 0.0 {
-            continue;
+        for path in TEXTPOKE_PATHS {
+            let (a, b) = (
+                values(&samples, w, path, |s| s.ns),
+                values(&samples, w, STOCK, |s| s.ns),
+            );
+            let (Some(textpoke), Some(stock)) = (Spread::of(&a), Spread::of(&b)) else {
+                continue;
+            };
+            if stock.median <= 0.0 {
+                continue;
+            }
+            let med = |path: &str, f: fn(&KbenchSample) -> u64| {
+                median(&values(&samples, w, path, f)).unwrap_or(0.0)
+            };
+            rows.push(KbenchRow {
+                workload: w.to_owned(),
+                path: path.to_owned(),
+                sites: med(path, |s| s.sites),
+                ratio: textpoke.median / stock.median,
+                ci95: bootstrap_ratio_of_medians(
+                    &a,
+                    &b,
+                    RESAMPLES,
+                    fold_seed(SEED, &format!("kbench {w} {path}")),
+                ),
+                textpoke,
+                stock,
+                syncs: med(path, |s| s.syncs),
+                batches: med(path, |s| s.batches),
+                ipis_textpoke: med(path, |s| s.call_ipis),
+                ipis_stock: med(STOCK, |s| s.call_ipis),
+                records: med(path, |s| s.records),
+                traps: med(path, |s| s.traps),
+            });
         }
-        let med = |path: &str, f: fn(&KbenchSample) -> u64| {
-            median(&values(&samples, w, path, f)).unwrap_or(0.0)
-        };
-        rows.push(KbenchRow {
-            workload: w.to_owned(),
-            sites: med("textpoke", |s| s.sites),
-            ratio: textpoke.median / stock.median,
-            ci95: bootstrap_ratio_of_medians(
-                &a,
-                &b,
-                RESAMPLES,
-                fold_seed(SEED, &format!("kbench {w}")),
-            ),
-            textpoke,
-            stock,
-            syncs: med("textpoke", |s| s.syncs),
-            batches: med("textpoke", |s| s.batches),
-            ipis_textpoke: med("textpoke", |s| s.call_ipis),
-            ipis_stock: med("stock", |s| s.call_ipis),
-            traps: med("textpoke", |s| s.traps),
-        });
     }
     KbenchReport {
         rows,
@@ -170,11 +193,14 @@ pub fn markdown(r: &KbenchReport) -> String {
         let rounds = r.samples.iter().map(|s| s.rounds).max().unwrap_or(0);
         let _ = writeln!(
             out,
-            "{}, {} CPUs (QEMU TCG), {rounds} rounds, the paths interleaved (ABBA). \
-             \"textpoke\": loaded, so the kernel hands it its jump label and ftrace changes \
-             (kernel/patcher.rs); \"stock\": unloaded (x86: the kernel's own INT3 batches of at \
-             most 256 sites, 3 syncs each; arm64: unguarded writes, no record). IPIs are the \
-             function-call interrupts of every CPU around the request, whatever sent them.\n",
+            "{}, {} CPUs (QEMU TCG), {rounds} rounds, the three paths interleaved (each round \
+             turns their order). textpoke is loaded, so the kernel hands it its jump label and \
+             ftrace changes (kernel/patcher.rs), with nobody listening (the quiet path: no \
+             record; on arm64 no guard) or with a tracer listening (a `text_poke` perf event \
+             open: guarded and recorded); \"stock\": unloaded (x86: the kernel's own INT3 \
+             batches of at most 256 sites, 3 syncs each; arm64: unguarded writes, no record). \
+             IPIs are the function-call interrupts of every CPU around the request, whatever \
+             sent them.\n",
             first.arch, first.cpus
         );
     }
@@ -184,10 +210,11 @@ pub fn markdown(r: &KbenchReport) -> String {
     }
     let _ = writeln!(
         out,
-        "| workload | sites | textpoke median (IQR) | stock median (IQR) | textpoke / stock (95% CI) \
-         | textpoke batches, syncs | IPIs textpoke / stock | traps |"
+        "| workload | listener | sites | textpoke median (IQR) | stock median (IQR) | \
+         textpoke / stock (95% CI) | textpoke batches, syncs | records | IPIs textpoke / stock \
+         | traps |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         let ci = row.ci95.as_ref().map_or_else(
             || "n/a".to_owned(),
@@ -195,8 +222,9 @@ pub fn markdown(r: &KbenchReport) -> String {
         );
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {} ({}–{}) | {} ({}–{}) | {} ({ci}) | {:.0}, {:.0} | {:.0} / {:.0} | {:.0} |",
+            "| {} | {} | {:.0} | {} ({}–{}) | {} ({}–{}) | {} ({ci}) | {:.0}, {:.0} | {:.0} | {:.0} / {:.0} | {:.0} |",
             row.workload,
+            if row.path == TEXTPOKE_PATHS[0] { "none" } else { "yes" },
             row.sites,
             human_ns(row.textpoke.median),
             human_ns(row.textpoke.p25),
@@ -207,6 +235,7 @@ pub fn markdown(r: &KbenchReport) -> String {
             ratio_text(row.ratio),
             row.batches,
             row.syncs,
+            row.records,
             row.ipis_textpoke,
             row.ipis_stock,
             row.traps,
@@ -251,7 +280,15 @@ impl SampleSection for KbenchReport {
         self.rows
             .iter()
             .map(|r| Headline {
-                what: format!("kernel patching, textpoke ÷ stock, {}", r.workload),
+                what: format!(
+                    "kernel patching, textpoke ({}) ÷ stock, {}",
+                    if r.path == TEXTPOKE_PATHS[0] {
+                        "nobody listening"
+                    } else {
+                        "a tracer listening"
+                    },
+                    r.workload
+                ),
                 ratio: r.ratio,
                 ci95: r.ci95,
             })
@@ -279,21 +316,29 @@ mod tests {
             line("stock", "schedstats_on", 1, 100),
             line("textpoke", "schedstats_on", 1, 300),
             line("textpoke", "ftrace_all_on", 0, 5),
+            line("textpoke_listened", "schedstats_on", 0, 600),
             "[ 1.0] textpoke-kbench: {\"path\":\"elsewhere\"}\n".to_owned(),
         ]
         .concat();
         let (samples, problems) = parse_log(&log);
-        assert_eq!(samples.len(), 5);
+        assert_eq!(samples.len(), 6);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(samples[0].arch, "arm64");
         let r = analyse(samples);
         // ftrace_all_on has no stock sample: no row.
-        assert_eq!(r.rows.len(), 1);
+        assert_eq!(r.rows.len(), 2);
         let row = &r.rows[0];
-        assert_eq!(row.workload, "schedstats_on");
+        assert_eq!(
+            (row.workload.as_str(), row.path.as_str()),
+            ("schedstats_on", "textpoke")
+        );
         assert!((row.ratio - 3.0).abs() < 1e-9);
         assert_eq!((row.sites, row.syncs, row.batches), (65.0, 2.0, 1.0));
+        let listened = &r.rows[1];
+        assert_eq!(listened.path, "textpoke_listened");
+        assert!((listened.ratio - 6.0).abs() < 1e-9);
         let md = markdown(&r);
-        assert!(md.contains("| schedstats_on | 65 |"), "{md}");
+        assert!(md.contains("| schedstats_on | none | 65 |"), "{md}");
+        assert!(md.contains("| schedstats_on | yes | 65 |"), "{md}");
     }
 }

@@ -399,7 +399,7 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 );
                 // Under TCG one arm64 batch of 4096 sites takes tens of seconds with upstream's
                 // mechanism as with ours.
-                b.timeout = 2400;
+                b.timeout = 3600;
                 b.append.push_str(" rcupdate.rcu_cpu_stall_timeout=300");
                 boots.push(b);
             }

@@ -3,12 +3,14 @@
 
 use std::fmt::Write as _;
 
-use crate::flips::{mode_label, mode_rank, ratio_cell, times, FlipsReport, IDLE};
+use crate::flips::{
+    mode_label, mode_rank, ratio_cell, times, FlipsReport, IDLE, LISTENED, TEXTPOKE,
+};
 use crate::section::{human_ns, SEED};
 use crate::stats::SplitMix64;
 
 /// Mode colours in the plot, in [`crate::flips::MODES`] order.
-const COLOURS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+const COLOURS: [&str; 5] = ["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd"];
 
 fn colour(mode: &str) -> &'static str {
     COLOURS.get(mode_rank(mode)).copied().unwrap_or("#7f7f7f")
@@ -54,7 +56,7 @@ pub fn plot(arch: &str, cpus: u32, r: &FlipsReport) -> String {
     let sizes = r.sizes();
     let modes = r.modes();
     let (panel_w, panel_h, gap) = (230.0, 360.0, 60.0);
-    let (left, top, bottom) = (70.0, 100.0, 40.0);
+    let (left, top, bottom) = (70.0, 100.0, 56.0);
     let width = left + sizes.len().max(1) as f64 * (panel_w + gap);
     let height = top + panel_h + bottom;
     let mut out = String::new();
@@ -198,15 +200,20 @@ pub fn plot(arch: &str, cpus: u32, r: &FlipsReport) -> String {
             }
             let _ = writeln!(out, "</g>");
         }
-        if let Some(ratio) = r.ratio("static_key", n) {
-            let _ = writeln!(
-                out,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#333\">textpoke ÷ \
-                 static key: {}</text>",
-                x0 + panel_w / 2.0,
-                top + panel_h + 20.0,
-                ratio_cell(Some(ratio))
-            );
+        for (line, (of, what)) in [(TEXTPOKE, "textpoke"), (LISTENED, "listened")]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(ratio) = r.ratio(of, "static_key", n) {
+                let _ = writeln!(
+                    out,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#333\">{what} ÷ \
+                     static key: {}</text>",
+                    x0 + panel_w / 2.0,
+                    top + panel_h + 20.0 + 16.0 * line as f64,
+                    ratio_cell(Some(ratio))
+                );
+            }
         }
     }
     let _ = writeln!(
@@ -228,7 +235,9 @@ mod tests {
         let r = analyse(idle_baseline_samples(), Vec::new());
         let svg = plot("x86_64", 4, &r);
         assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<circle").count(), 6);
+        // Three modes but idle, three flips each.
+        assert_eq!(svg.matches("<circle").count(), 9);
+        assert!(svg.contains("listened ÷ static key: 5.90"), "{svg}");
     }
 
     #[test]

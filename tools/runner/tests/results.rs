@@ -229,7 +229,8 @@ fn the_bench_report_adds_its_ratios() {
     let o = run(&["bench-report", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
 
-    let row = "| x86_64 | flip time, textpoke ÷ upstream static key, N = 16 | 3.00 (3.00–3.00) |";
+    let row = "| x86_64 | flip time, textpoke, nobody listening ÷ upstream static key, N = 16 | \
+               3.00 (3.00–3.00) |";
     // DIR/bench, found by itself.
     let o = report_into(&dir, None, None);
     assert!(o.status.success(), "{}", text(&o));
