@@ -5,6 +5,7 @@
 //! `/proc/kcore`.
 
 use textpoke_agent::exerciser::{self, Site};
+use textpoke_agent::kallsyms::{self, In};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
 use textpoke_agent::sys;
@@ -24,16 +25,7 @@ struct Expected {
 
 /// The address of a `[textpoke]` symbol in `/proc/kallsyms`.
 pub fn kallsyms(name: &str) -> Result<u64, String> {
-    let text = sys::read_text("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
-    text.lines()
-        .find_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            match w.as_slice() {
-                [addr, _, sym, "[textpoke]"] if *sym == name => u64::from_str_radix(addr, 16).ok(),
-                _ => None,
-            }
-        })
-        .ok_or_else(|| format!("{name} is not in /proc/kallsyms"))
+    kallsyms::address(name, In::Module("textpoke"))
 }
 
 /// The cases, with the addresses they target.

@@ -91,22 +91,9 @@ fn put(path: &str, value: &str) -> Result<(), String> {
 /// `[start, end)` of textpoke's text: from its first function to a page past the start of its
 /// last (`/proc/kallsyms`).
 fn textpoke_text() -> Result<(u64, u64), String> {
-    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
-    let addrs: Vec<u64> = syms
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            match w.as_slice() {
-                [addr, kind, _, "[textpoke]"] if kind.eq_ignore_ascii_case("t") => {
-                    u64::from_str_radix(addr, 16).ok()
-                }
-                _ => None,
-            }
-        })
-        .filter(|&a| a != 0)
-        .collect();
-    match (addrs.iter().min(), addrs.iter().max()) {
-        (Some(&lo), Some(&hi)) => Ok((lo, hi + 4096)),
+    let functions = textpoke_agent::kallsyms::module_functions("textpoke")?;
+    match (functions.first(), functions.last()) {
+        (Some(&(lo, _)), Some(&(hi, _))) => Ok((lo, hi + 4096)),
         _ => Err("no textpoke function in /proc/kallsyms".into()),
     }
 }

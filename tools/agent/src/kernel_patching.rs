@@ -21,6 +21,7 @@
 use crate::{is_x86, log, scenario};
 use std::collections::BTreeMap;
 use textpoke_agent::checks;
+use textpoke_agent::kallsyms::{self, In};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::{Case, CaseResult};
 use textpoke_agent::perf::{Recorder, RecorderConfig, TextPokeRec};
@@ -31,16 +32,9 @@ const SCHEDSTATS: &str = "/proc/sys/kernel/sched_schedstats";
 
 /// The kernel image's text, `[_stext, _etext)`, from `/proc/kallsyms`.
 pub(crate) fn kernel_text() -> Result<(u64, usize), String> {
-    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
+    let syms = kallsyms::read()?;
     let find = |name: &str| {
-        syms.lines()
-            .find_map(|l| {
-                let mut f = l.split_whitespace();
-                let addr = f.next()?;
-                let _kind = f.next()?;
-                (f.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
-            })
-            .filter(|&a| a != 0)
+        kallsyms::lookup(&syms, name, In::Kernel)
             .ok_or_else(|| format!("no {name} in /proc/kallsyms"))
     };
     let (start, end) = (find("_stext")?, find("_etext")?);
@@ -55,21 +49,9 @@ pub(crate) fn kernel_text() -> Result<(u64, usize), String> {
 /// bytes past the start of the last (the sample's functions are short, and its text region is
 /// page-aligned padding after them).
 fn module_text(name: &str) -> Result<(u64, usize), String> {
-    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
-    let tag = format!("[{name}]");
-    let addrs: Vec<u64> = syms
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            match f.as_slice() {
-                [addr, "t" | "T", _, m] if *m == tag => u64::from_str_radix(addr, 16).ok(),
-                _ => None,
-            }
-        })
-        .collect();
-    let (lo, hi) = (addrs.iter().min(), addrs.iter().max());
-    match (lo, hi) {
-        (Some(&lo), Some(&hi)) => Ok((lo, (hi - lo + 64) as usize)),
+    let functions = kallsyms::module_functions(name)?;
+    match (functions.first(), functions.last()) {
+        (Some(&(lo, _)), Some(&(hi, _))) => Ok((lo, (hi - lo + 64) as usize)),
         _ => Err(format!("no functions of {name} in /proc/kallsyms")),
     }
 }
@@ -291,26 +273,6 @@ pub fn jump_entry_codes(at: u64, table: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// `(address, name)` of module `name`'s functions in `/proc/kallsyms`, by address.
-fn module_functions(name: &str) -> Result<Vec<(u64, String)>, String> {
-    let syms = sys::read_text("/proc/kallsyms").map_err(|e| format!("kallsyms: {e}"))?;
-    let tag = format!("[{name}]");
-    let mut out: Vec<(u64, String)> = syms
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            match f.as_slice() {
-                [addr, "t" | "T", n, m] if *m == tag => {
-                    Some((u64::from_str_radix(addr, 16).ok()?, (*n).to_owned()))
-                }
-                _ => None,
-            }
-        })
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
 /// The jump label sites in the selftest's test functions (`test_key_func()`'s, named
 /// `KEY_static_...`), which the selftest flips, from the loaded module's own jump table:
 /// its address from `/sys/module`, its size from the `.ko`, its entries from `/proc/kcore`.
@@ -330,7 +292,7 @@ fn selftest_sites(kcore: &Kcore) -> Result<Vec<u64>, String> {
     let table = kcore
         .read(at, size as usize)
         .map_err(|e| format!("kcore at the jump table: {e}"))?;
-    let funcs = module_functions(SELFTEST)?;
+    let funcs = kallsyms::module_functions(SELFTEST)?;
     let tested = |code: u64| {
         let i = funcs.partition_point(|(a, _)| *a <= code);
         let Some((start, name)) = i.checked_sub(1).and_then(|i| funcs.get(i)) else {
@@ -438,10 +400,9 @@ const MOV_X9_X30: u32 = 0xaa1e_03e9;
 pub fn ftrace_call_ops() -> bool {
     static CALL_OPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CALL_OPS.get_or_init(|| {
-        let text = crate::sys::read_text("/proc/kallsyms")
-            .unwrap_or_else(|e| panic!("/proc/kallsyms: {e}"));
-        text.lines()
-            .any(|l| l.split_whitespace().nth(2) == Some("ftrace_list_ops"))
+        kallsyms::find("ftrace_list_ops", In::Kernel)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_some()
     })
 }
 

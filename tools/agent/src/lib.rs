@@ -25,6 +25,7 @@ pub mod bpf;
 pub mod breakpoint;
 pub mod checks;
 pub mod exerciser;
+pub mod kallsyms;
 pub mod kcore;
 pub mod ktap;
 pub mod observer;

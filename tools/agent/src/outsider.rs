@@ -188,22 +188,11 @@ fn trap_path_functions() -> Result<Vec<(String, u64)>, String> {
         }
     }
     let helpers = ["textpoke_helper_cpu", "textpoke_read_text_nofault"];
-    let kallsyms = sys::read_text("/proc/kallsyms").map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for l in kallsyms.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        let [addr, kind, name, "[textpoke]"] = w.as_slice() else {
-            continue;
-        };
-        let Ok(a) = u64::from_str_radix(addr, 16) else {
-            continue;
-        };
-        let text = matches!(*kind, "t" | "T");
-        if text && ((start..end).contains(&a) || helpers.contains(name)) {
-            out.push(((*name).to_owned(), a));
-        }
-    }
-    Ok(out)
+    Ok(textpoke_agent::kallsyms::module_functions("textpoke")?
+        .into_iter()
+        .filter(|(a, name)| (start..end).contains(a) || helpers.contains(&name.as_str()))
+        .map(|(a, name)| (name, a))
+        .collect())
 }
 
 /// `register_kprobe` refuses every function of the trap path; a function off it (the commit) is
