@@ -593,14 +593,20 @@ pub fn replay_checked(
                 Ok(Applied::NotCovered) => {}
                 Ok(_) => applied += 1,
                 Err(ReplayError::OldMismatch { offset }) => {
-                    // A mismatch is found only where the image covers the record.
-                    let held = p
+                    // A mismatch is found only where the image covers the record; if not,
+                    // the replay itself is wrong, and says so.
+                    let Some(held) = p
                         .addr
                         .checked_sub(base)
                         .and_then(|o| usize::try_from(o).ok())
                         .and_then(|o| t.bytes.get(o..o.saturating_add(p.old.len())))
                         .map(<[u8]>::to_vec)
-                        .unwrap_or_default();
+                    else {
+                        return Err(ReplayFailure::Unusable {
+                            addr: p.addr,
+                            what: "an old-bytes mismatch outside the image",
+                        });
+                    };
                     return Err(ReplayFailure::OldBytes {
                         addr: p.addr,
                         offset,
