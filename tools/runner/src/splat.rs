@@ -79,6 +79,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_unstable_sched_clock_is_a_splat() {
+        // kernel/sched/clock.c's line, as the clocksource watchdog's TSC verdict printed it.
+        let log = "\
+[  225.060000] clocksource: timekeeping watchdog on CPU1: Marking clocksource 'tsc' as unstable because the skew is too large:
+[  225.061000] sched_clock: Marking unstable (225061000000, -1520)<-(225101000000, -39000)
+";
+        let s = find(log).unwrap();
+        assert_eq!((s.line, s.pattern), (2, "sched_clock: Marking unstable"));
+    }
+
+    #[test]
     fn clean_log_has_no_splat() {
         let log = "\
 [    0.000000] Linux version 6.12.0
