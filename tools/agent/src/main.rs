@@ -431,6 +431,21 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
             let case = Case::check("load_textpoke", r.is_ok(), format!("{r:?}"));
             print_document(ktap, selftest, "textpoke_agent", vec![case]);
         }
+        // The bad-input group on a kernel the command line wrongly says has return thunks
+        // (`textpoke.return_thunks=1` on the patched kernel): the group's check that the
+        // runner and the exerciser agree must fail it, naming both.
+        "return_thunks_claimed" => {
+            let (r, selftest) = load_textpoke("");
+            let case = r
+                .and_then(|()| load("textpoke_exerciser", ""))
+                .and_then(|()| {
+                    let sites = exerciser::sites().map_err(|e| format!("sites: {e}"))?;
+                    let kcore = Kcore::open().map_err(|e| format!("/proc/kcore: {e}"))?;
+                    Ok(badinput::cases(&sites, &kcore))
+                })
+                .unwrap_or_else(|e| Case::fail("bad_input_setup", e));
+            print_document(ktap, selftest, "textpoke_agent", vec![case]);
+        }
         // arm64: a `BRK #0x008` that is no guard of textpoke's must be reported (the kernel
         // dies with "Oops - BRK"), not hidden; with the debug build's defect 10 it is
         // swallowed, and the agent lives on to say so.

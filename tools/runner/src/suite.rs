@@ -297,6 +297,11 @@ fn harness(name: &str, check: &str, expect: Verdict, expect_log: Option<&str>) -
     }
 }
 
+/// What the bad-input group says when the command line and the exerciser disagree on return
+/// thunks (tools/agent/src/badinput.rs).
+const RETURN_THUNKS_CLAIMED_LOG: &str =
+    "textpoke.return_thunks=1 but the exerciser's ret sites switch to";
+
 /// What the agent logs right before it hangs on purpose (tools/agent/src/main.rs).
 pub const HANG_LOG: &str = "textpoke-agent: hanging on purpose: the runner must time out";
 
@@ -449,6 +454,16 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
         );
         no_series.variant = Variant::Unpatched;
         boots.push(no_series);
+        // The patched kernel has no return thunks: told it has, the bad-input group's check
+        // that the runner and the exerciser agree must fail (the mitigations boot relies on it).
+        let mut thunks = harness(
+            "return-thunks-claimed",
+            "return_thunks_claimed",
+            Verdict::NotOk,
+            Some(RETURN_THUNKS_CLAIMED_LOG),
+        );
+        thunks.append.push_str(" textpoke.return_thunks=1");
+        boots.push(thunks);
     }
     if suite == Suite::Test && arches.contains(&Arch::Arm64) {
         // A `BRK #0x008` that is no guard of textpoke's must kill the kernel ("Oops - BRK"),
@@ -998,6 +1013,7 @@ mod tests {
                 "harness-hang",
                 "harness-warn",
                 "harness-no-series",
+                "harness-return-thunks-claimed",
                 "harness-foreign-brk",
                 "harness-foreign-brk-swallowed"
             ]
