@@ -6,8 +6,8 @@
 //! address is a sample (`sample_period = 1`) carrying the instruction pointer, the task, the
 //! perf clock's time and the CPU ([`SAMPLE_TYPE`]). [`Breakpoint::retarget`] moves the event to
 //! another address with the ioctl, keeping the descriptor and the mapped buffer;
-//! [`Breakpoint::open`] followed by dropping the old one is the alternative the seed measured
-//! it against (close, reopen, map a new buffer).
+//! [`Breakpoint::open`] followed by dropping the old one is the alternative the commit that added
+//! the ioctl measured it against (close, reopen, map a new buffer).
 //!
 //! The lengths are the architectures' rules for execute breakpoints (`arch_build_bp_info` in
 //! arch/x86/kernel/hw_breakpoint.c: `sizeof(long)`; arch/arm64/kernel/hw_breakpoint.c: 4).

@@ -496,7 +496,7 @@ fn observer_control(kcore: &Kcore) -> Case {
     }
 }
 
-/// Seed 001's BEFORE/AFTER pair (debug mode 4) watched by the observer: how many executions
+/// The BEFORE/AFTER pair first proposed on LKML (debug mode 4; docs/protocol.md) watched by the observer: how many executions
 /// ended between a site's two records, where the records cannot say which instruction ran. The
 /// single guarded record leaves no such interval (the host model's figures: docs/protocol.md).
 fn before_after_observed(kcore: &Kcore) -> Case {

@@ -225,7 +225,7 @@ pub fn judge(
     v
 }
 
-/// Seed 001's pair of records around an unguarded change, as textpoke's debug mode 4 emits
+/// The pair of records around an unguarded change first proposed on LKML (docs/protocol.md), as textpoke's debug mode 4 emits
 /// them (kernel/plan.rs, `Protocol::BeforeAfter`): per site, the intervals from a BEFORE record
 /// (old and new bytes the same: "about to change") to the site's next record (AFTER).
 pub fn before_after_intervals(pokes: &[TextPokeRec]) -> HashMap<u64, Vec<(u64, u64)>> {

@@ -1,10 +1,11 @@
-//! Seed 004's measurement, in the guest: moving a hardware breakpoint with
-//! `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` against closing the event and opening a new one with a
-//! fresh ring buffer (`munmap`, `close`, `perf_event_open`, `mmap`), which is what a tool had to
-//! do before the ioctl existed. The seed reports the ioctl about 10 times cheaper when the
+//! The measurement of the commit that added the ioctl (32ff77e8cc, "perf/core: Implement fast
+//! breakpoint modification via _IOC_MODIFY_ATTRIBUTES"), in the guest: moving a hardware
+//! breakpoint with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` against closing the event and opening a
+//! new one with a fresh ring buffer (`munmap`, `close`, `perf_event_open`, `mmap`), which is
+//! what a tool had to do before the ioctl existed. The commit reports the ioctl about 10 times cheaper when the
 //! breakpoints never trap and about 4 times when they always do.
 //!
-//! The breakpoints watch functions of this process ([`TARGETS`]), as the seed's tests did:
+//! The breakpoints watch functions of this process ([`TARGETS`]), as the commit's tests did:
 //! user breakpoints of one thread. Each sample retargets [`RETARGETS`] times, cycling through
 //! the targets so that every retarget changes the address. "never": none of them runs; "always":
 //! after each retarget the agent calls the function just watched, so the breakpoint fires once

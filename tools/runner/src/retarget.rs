@@ -1,5 +1,6 @@
-//! Seed 004's measurement in the bench report: moving a hardware breakpoint with
-//! `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` ("modify") against closing the perf event and opening a
+//! The measurement of the commit that added the ioctl (32ff77e8cc, "perf/core: Implement fast
+//! breakpoint modification via _IOC_MODIFY_ATTRIBUTES"), in the bench report: moving a hardware
+//! breakpoint with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` ("modify") against closing the perf event and opening a
 //! new one with a fresh ring buffer ("reopen"). The commit that added the ioctl reports it
 //! about 10 times cheaper when the breakpoint never traps and about 4 times when it traps once
 //! per retarget.
@@ -297,8 +298,8 @@ pub fn markdown(r: &RetargetReport) -> String {
          `PERF_EVENT_IOC_MODIFY_ATTRIBUTES`; \"reopen\" does what a tool had to before that \
          ioctl: `munmap` and `close` the event, then `perf_event_open` and `mmap` a new one. \
          \"never\": the watched addresses never run; \"always\": the agent runs the watched \
-         address once after each retarget, so the breakpoint traps once per retarget. The seed \
-         (the commit that added the ioctl) reported modify about 10× cheaper than reopen when \
+         address once after each retarget, so the breakpoint traps once per retarget. The commit \
+         that added the ioctl reported modify about 10× cheaper than reopen when \
          the breakpoint never traps and about 4× when it always does, on hardware.\n"
     );
     if r.stats.is_empty() {
@@ -370,7 +371,7 @@ pub fn markdown(r: &RetargetReport) -> String {
     let _ = writeln!(
         out,
         "- Under TCG the debug exceptions and system calls are emulated: compare the ratios with \
-         the seed's, not the times."
+         the commit's, not the times."
     );
     write_problems(&mut out, &r.problems);
     out
