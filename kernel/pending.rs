@@ -6,10 +6,12 @@
 //! executes one traps, and the handler asks this table which instruction the guard stands for,
 //! then emulates it. Requirements, and how they are met:
 //!
-//! - **Lookup from trap context is wait-free, lock-free and allocation-free**: a lookup visits at
-//!   most [`MAX_BATCHES`] slots; for each one whose range may hold the address it does one
-//!   increment, a fence, one decrement and a binary search. It never spins on anything another
-//!   CPU holds.
+//! - **Lookup from trap context is wait-free, lock-free and allocation-free**: a lookup visits
+//!   only the slots the table's `live` mask names (at most [`MAX_BATCHES`], none when no batch is
+//!   in flight); for each one whose range may hold the address it does one increment, a fence,
+//!   one decrement and a binary search. It never spins on anything another CPU holds.
+//! - **A trap that is not textpoke's costs next to nothing**: on x86 every kernel-mode `INT3`
+//!   asks (every kprobe hit), so with no batch in flight a lookup is one load of the mask.
 //! - **Several independent batches in flight at once**: a batch occupies one of
 //!   [`MAX_BATCHES`] slots, each with its own sorted, immutable entry array. (Upstream x86 has a
 //!   single global descriptor serialized by `text_mutex`.)
@@ -42,7 +44,12 @@
 //! The guard a CPU traps on was written after its batch was published (the engine publishes,
 //! then writes guards), and the trap fetched that guard, so the reader's first load of the state
 //! cannot return a value older than `LIVE`: upstream's `smp_wmb()`/`smp_rmb()` pair around the
-//! `INT3` write makes the same assumption. The engine retires a batch only after its last
+//! `INT3` write makes the same assumption. The same holds for the slot's bit in the `live` mask,
+//! which the publisher sets before its `Release` store of `LIVE`: the reader's load of the mask
+//! cannot miss the bit of the batch whose guard it trapped on. The bit is cleared only once the
+//! slot is `RETIRING`, so a reader that misses a cleared bit would have seen `RETIRING` and backed
+//! off anyway; a bit still set for a slot that is no longer `LIVE` only costs the reader the state
+//! check it would have made without the mask. The engine retires a batch only after its last
 //! all-CPU sync, which cannot complete while any CPU is still inside the trap for one of its
 //! guards, since trap handlers run with interrupts masked.
 //!
@@ -220,6 +227,12 @@ impl<E: Pending> Slot<E> {
     }
 }
 
+/// Slot `index`'s bit in [`PendingTable`]'s `live` mask. `index` is below `SLOTS`, which the
+/// table's constructor asserts is at most 32, so the shift is exact.
+fn live_bit(index: usize) -> u32 {
+    1u32.wrapping_shl(index as u32)
+}
+
 /// Checks that `entries` is sorted, has no duplicates and no overlaps.
 fn validate<E: Pending>(entries: &[E]) -> Result<(), PublishError> {
     if entries.is_empty() {
@@ -272,6 +285,9 @@ fn overlaps<E: Pending>(a: &[E], b: &[E]) -> bool {
 /// of batches that can be in flight; only the model-checking tests change it.
 pub struct PendingTable<E, C, const SLOTS: usize = MAX_BATCHES> {
     slots: [Slot<E>; SLOTS],
+    /// Bit `i` set from just before slot `i` is `LIVE` until it is `RETIRING`: the slots a lookup
+    /// visits (see the ordering argument in the module doc).
+    live: AtomicU32,
     /// How many of the last slots only [`PendingTable::with_published_in`] claims.
     reserved: usize,
     readers: C,
@@ -291,8 +307,10 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     /// An empty table like [`PendingTable::new`]'s, whose last `reserved` slots (at most all of
     /// them) only [`PendingTable::with_published_in`] claims.
     pub fn with_reserved(readers: C, reserved: usize) -> Self {
+        const { assert!(SLOTS <= u32::BITS as usize, "a slot's bit in `live` is a u32's") };
         Self {
             slots: core::array::from_fn(|_| Slot::new()),
+            live: AtomicU32::new(0),
             reserved: reserved.min(SLOTS),
             readers,
             _entries: PhantomData,
@@ -320,7 +338,14 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     #[inline(always)]
     pub fn lookup_with<R>(&self, cpu: usize, addr: u64, read: impl Fn(&E) -> R) -> Option<R> {
         let counts = &self.readers.get(cpu)?.count;
-        for (slot, count) in self.slots.iter().zip(counts.iter()) {
+        let mut live = self.live.load(Ordering::Acquire);
+        while live != 0 {
+            let index = live.trailing_zeros() as usize;
+            // Clears the lowest set bit.
+            live &= live.wrapping_sub(1);
+            let (Some(slot), Some(count)) = (self.slots.get(index), counts.get(index)) else {
+                break;
+            };
             if slot.state.load(Ordering::Acquire) != LIVE || !slot.may_cover(addr) {
                 continue;
             }
@@ -389,6 +414,8 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
             return Err(PublishError::Conflict);
         }
 
+        // Before the `Release` store of `LIVE`, so that a reader that sees the state sees the bit.
+        self.live.fetch_or(live_bit(index), Ordering::Relaxed);
         slot.state.store(LIVE, Ordering::Release);
         let result = in_flight();
         self.retire(index, slot, &mut relax);
@@ -449,6 +476,8 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         slot.state.store(RETIRING, Ordering::Relaxed);
         // Pairs with the fences in `lookup` and `conflicts`.
         fence(Ordering::SeqCst);
+        // After `RETIRING`: a reader the cleared bit turns away would back off at the state.
+        self.live.fetch_and(!live_bit(index), Ordering::Relaxed);
         for cpu in self.readers.iter() {
             if let Some(count) = cpu.count.get(index) {
                 // Lookups run with interrupts masked and last a few hundred instructions.

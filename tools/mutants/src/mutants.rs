@@ -80,6 +80,7 @@ const PUBLISH_FENCE: &str = "        slot.state.store(CHECKING, Ordering::Releas
         fence(Ordering::SeqCst);
 ";
 const STORE_LIVE: &str = "slot.state.store(LIVE, Ordering::Release);";
+const SET_LIVE_BIT: &str = "        self.live.fetch_or(live_bit(index), Ordering::Relaxed);\n";
 const CONFLICTS_FENCE: &str = "            other.checkers.fetch_add(1, Ordering::Relaxed);
             // Pairs with the fence in `retire`, as for readers.
             fence(Ordering::SeqCst);
@@ -426,6 +427,15 @@ pub const MUTANTS: &[Mutant] = &[
         allowed: None,
     },
     // kernel/pending.rs, continued.
+    Mutant {
+        name: "live-bit-unset",
+        file: PENDING,
+        what: "publish: the slot's bit in the live mask is never set, so lookups skip it",
+        edits: &[(SET_LIVE_BIT, "")],
+        killers: &["loom:lookup_finds_live_entries"],
+        hang_kills: false,
+        allowed: None,
+    },
     Mutant {
         name: "find-by-range",
         file: PENDING,
