@@ -28,7 +28,8 @@
 #
 # A build is keyed on a hash of (source version, patches, config fragments, this recipe's
 # version). An unchanged key does nothing; a changed one rebuilds incrementally: patches are
-# reverse-applied and re-applied so only touched files get new mtimes, and the config is
+# reverse-applied and re-applied, and the files whose contents that left as they were get their
+# old times back, so only the files a new series changes look new; and the config is
 # regenerated in place so Kbuild recompiles only what changed. A fragment's option that
 # Kconfig does not keep (a missing dependency, a compiler that lacks a flag) fails the build;
 # when fragments set the same option, the last one wins and is the one checked.
@@ -117,7 +118,19 @@ fi
 if [ "$source" = patched ]; then
 	applied=$srcdir/.textpoke-patches
 	if ! diff -rq "$applied" "$top/tools/patches" >/dev/null 2>&1; then
+		# The files the old series touched, kept with their times: those the new series leaves
+		# as they were get their times back, so Kbuild recompiles only what it changed (a
+		# changelog or one arch's file does not rebuild every kernel).
+		kept=$srcdir.textpoke-kept
+		rm -rf "$kept"
+		mkdir -p "$kept"
 		if [ -d "$applied" ]; then
+			grep -h '^+++ b/' "$applied"/*.patch | cut -c7- | sort -u | while read -r f; do
+				if [ -f "$srcdir/$f" ]; then
+					mkdir -p "$kept/$(dirname "$f")"
+					cp -p "$srcdir/$f" "$kept/$f"
+				fi
+			done
 			stage "reverting the previously applied patch series"
 			old_series=("$applied"/*.patch)
 			for ((i = ${#old_series[@]} - 1; i >= 0; i--)); do
@@ -134,6 +147,12 @@ if [ "$source" = patched ]; then
 		done
 		mkdir -p "$applied"
 		cp "${patches[@]}" "$applied/"
+		(cd "$kept" && find . -type f) | while read -r f; do
+			if cmp -s "$kept/$f" "$srcdir/$f"; then
+				touch -r "$kept/$f" "$srcdir/$f"
+			fi
+		done
+		rm -rf "$kept"
 	fi
 elif [ ! -d "$objtree" ] && [ -f "$cache/kernel/patched/build-$arch/$image" ]; then
 	# The unpatched kernel differs from the patched one in a handful of files: start from a
