@@ -307,7 +307,12 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     /// An empty table like [`PendingTable::new`]'s, whose last `reserved` slots (at most all of
     /// them) only [`PendingTable::with_published_in`] claims.
     pub fn with_reserved(readers: C, reserved: usize) -> Self {
-        const { assert!(SLOTS <= u32::BITS as usize, "a slot's bit in `live` is a u32's") };
+        const {
+            assert!(
+                SLOTS <= u32::BITS as usize,
+                "a slot's bit in `live` is a u32's"
+            )
+        };
         Self {
             slots: core::array::from_fn(|_| Slot::new()),
             live: AtomicU32::new(0),
