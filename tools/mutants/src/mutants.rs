@@ -361,12 +361,13 @@ pub const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "publish-live-early",
         file: PENDING,
-        what: "publish: LIVE stored before entries/len/range (no CHECKING)",
+        what: "publish: LIVE and the live bit stored before entries/len/range (no CHECKING)",
         edits: &[
             (STORE_CHECKING, ""),
             (
                 CLAIM,
                 "        let (index, slot) = self.claim(reserved)?;
+        self.live.fetch_or(live_bit(index), Ordering::Relaxed);
         slot.state.store(LIVE, Ordering::Release);
 ",
             ),
