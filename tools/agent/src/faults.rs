@@ -91,11 +91,8 @@ fn put(path: &str, value: &str) -> Result<(), String> {
 /// `[start, end)` of textpoke's text: from its first function to a page past the start of its
 /// last (`/proc/kallsyms`).
 fn textpoke_text() -> Result<(u64, u64), String> {
-    let functions = textpoke_agent::kallsyms::module_functions("textpoke")?;
-    match (functions.first(), functions.last()) {
-        (Some(&(lo, _)), Some(&(hi, _))) => Ok((lo, hi + 4096)),
-        _ => Err("no textpoke function in /proc/kallsyms".into()),
-    }
+    let (lo, hi) = textpoke_agent::kallsyms::function_span("textpoke")?;
+    Ok((lo, hi + 4096))
 }
 
 /// Runs `op` with the `n`-th filtered allocation of this thread failing; returns what `op`

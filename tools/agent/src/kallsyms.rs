@@ -117,6 +117,15 @@ pub fn address(name: &str, place: In<'_>) -> Result<u64, String> {
     find(name, place)?.ok_or_else(|| format!("no {name} in {place} in /proc/kallsyms"))
 }
 
+/// The addresses of the first and the last function of `module`; an error if it has none.
+pub fn function_span(module: &str) -> Result<(u64, u64), String> {
+    let functions = module_functions(module)?;
+    match (functions.first(), functions.last()) {
+        (Some(&(first, _)), Some(&(last, _))) => Ok((first, last)),
+        _ => Err(format!("no functions of [{module}] in /proc/kallsyms")),
+    }
+}
+
 /// `(address, name)` of the functions of `module`, by address; an error if it has none.
 pub fn module_functions(module: &str) -> Result<Vec<(u64, String)>, String> {
     let out = functions_of(&read()?, module);

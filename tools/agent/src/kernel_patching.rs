@@ -49,11 +49,8 @@ pub(crate) fn kernel_text() -> Result<(u64, usize), String> {
 /// bytes past the start of the last (the sample's functions are short, and its text region is
 /// page-aligned padding after them).
 fn module_text(name: &str) -> Result<(u64, usize), String> {
-    let functions = kallsyms::module_functions(name)?;
-    match (functions.first(), functions.last()) {
-        (Some(&(lo, _)), Some(&(hi, _))) => Ok((lo, (hi - lo + 64) as usize)),
-        _ => Err(format!("no functions of {name} in /proc/kallsyms")),
-    }
+    let (lo, hi) = kallsyms::function_span(name)?;
+    Ok((lo, (hi - lo + 64) as usize))
 }
 
 const KEYS: &str = "/sys/kernel/debug/textpoke_keys";

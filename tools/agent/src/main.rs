@@ -251,11 +251,7 @@ fn test_suite(ktap: &mut Ktap) {
     ));
     let ex = loaded.and_then(|()| load("textpoke_exerciser", ""));
     cases.push(Case::check("load_exerciser", ex.is_ok(), format!("{ex:?}")));
-    let setup = ex.and_then(|()| {
-        let sites = exerciser::sites().map_err(|e| format!("sites: {e}"))?;
-        let kcore = Kcore::open().map_err(|e| format!("/proc/kcore: {e}"))?;
-        Ok((sites, kcore))
-    });
+    let setup = ex.and_then(|()| sites_and_kcore());
     match setup {
         Ok((sites, kcore)) => {
             cases.push(Case::pass("sites_listed").with_log(format!("{} sites", sites.len())));
@@ -407,6 +403,13 @@ fn demo(ktap: &mut Ktap) {
     print_planned(ktap, selftest, "textpoke_demo", &plan::Plan::demo(), cases);
 }
 
+/// The loaded exerciser's sites, and `/proc/kcore` to read them through.
+fn sites_and_kcore() -> Result<(Vec<Site>, Kcore), String> {
+    let sites = exerciser::sites().map_err(|e| format!("sites: {e}"))?;
+    let kcore = Kcore::open().map_err(|e| format!("/proc/kcore: {e}"))?;
+    Ok((sites, kcore))
+}
+
 /// Harness self-checks: each must make the run fail in its own way.
 fn harness_check(ktap: &mut Ktap, what: &str) {
     match what {
@@ -438,11 +441,8 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
             let (r, selftest) = load_textpoke("");
             let case = r
                 .and_then(|()| load("textpoke_exerciser", ""))
-                .and_then(|()| {
-                    let sites = exerciser::sites().map_err(|e| format!("sites: {e}"))?;
-                    let kcore = Kcore::open().map_err(|e| format!("/proc/kcore: {e}"))?;
-                    Ok(badinput::cases(&sites, &kcore))
-                })
+                .and_then(|()| sites_and_kcore())
+                .map(|(sites, kcore)| badinput::cases(&sites, &kcore))
                 .unwrap_or_else(|e| Case::fail("bad_input_setup", e));
             print_document(ktap, selftest, "textpoke_agent", vec![case]);
         }
