@@ -58,16 +58,16 @@ fn emulated(entry: &Entry) -> crate::current_arch::Insn {
 #[inline(always)]
 fn handle(engine: &Engine, regs: &mut PtRegs) -> bool {
     let site = CurrentArch::trap_site(regs);
-    // Stable: trap context cannot migrate.
-    let cpu = cpu::current();
+    // The CPU is stable: trap context cannot migrate. It is read only where it is needed, so
+    // that a trap that is not textpoke's reads as little as possible.
     if let Some((insn, kernel)) = engine
         .table
-        .lookup_with(cpu, site, |e| (emulated(e), e.kernel))
+        .lookup_with(cpu::current, site, |e| (emulated(e), e.kernel))
     {
         CurrentArch::emulate(&insn, regs);
         engine
             .stats
-            .count_trap(cpu, CurrentArch::kind(&insn), kernel);
+            .count_trap(cpu::current(), CurrentArch::kind(&insn), kernel);
         return true;
     }
     if !engine.replaced.contains(site) {
@@ -89,7 +89,7 @@ fn handle(engine: &Engine, regs: &mut PtRegs) -> bool {
         return false;
     }
     if CurrentArch::resume_replaced(site, &now, regs) {
-        engine.stats.count_vanished(cpu);
+        engine.stats.count_vanished(cpu::current());
         true
     } else {
         false

@@ -310,7 +310,8 @@ impl TrapHook {
 impl Drop for TrapHook {
     fn drop(&mut self) {
         // SAFETY: Registered in `register_trap`. Unregistering waits until no CPU runs the
-        // handler (the kernel's reference count), so its code may go away after this.
+        // handler (an IPI to every online CPU; the hook runs with interrupts masked), so its
+        // code may go away after this.
         unsafe { (self.unregister)(self.handler) };
     }
 }
