@@ -109,7 +109,7 @@ pub(crate) unsafe extern "C" fn textpoke_register_site(
         let addr = addr as usize as u64;
         engine.sites.lock().vet(owner, addr, len)?;
         // Not under the sites lock: see `Sites::refuse_other_patchers`.
-        Sites::refuse_other_patchers(&engine.series.common, addr, len)?;
+        Sites::refuse_other_patchers(&engine.exports.generic, addr, len)?;
         engine.sites.lock().register(owner, addr, len)
     })
 }

@@ -12,9 +12,9 @@
 //! See docs/extending.md for what adding an arch involves beyond this trait.
 
 use crate::insn::{InsnBytes, InsnError, Op};
+use crate::patch_series::{HoldsText, SymbolResolver};
 use crate::plan;
 use crate::pt_regs::PtRegs;
-use crate::series::{HoldsText, Resolver};
 use kernel::prelude::*;
 
 /// A site of textpoke's own text the load-time self-test guards and runs on one CPU, to prove
@@ -55,7 +55,7 @@ pub(crate) trait Arch {
     /// pending instruction cannot be emulated does not exist.
     type Insn: Copy + Send + Sync;
     /// The arch's part of the patch series' exports.
-    type Series: Send + Sync;
+    type Exports: Send + Sync;
 
     /// Accepts `bytes` at `site` if, and only if, it is an instruction `textpoke.h` lists.
     fn accept(site: u64, bytes: &[u8]) -> Result<Self::Insn, InsnError>;
@@ -70,13 +70,13 @@ pub(crate) trait Arch {
     fn must_park(old: &InsnBytes, new: &InsnBytes) -> bool;
 
     /// Resolves the arch's exports; `None` (with the names recorded in `r`) if any is missing.
-    fn resolve(r: &mut Resolver) -> Option<Self::Series>;
+    fn resolve(r: &mut SymbolResolver) -> Option<Self::Exports>;
     /// Writes `bytes` at `addr`, with whatever cache maintenance makes a later fetch see them.
-    fn write(series: &Self::Series, held: &HoldsText, addr: u64, bytes: &[u8]) -> Result;
+    fn write(exports: &Self::Exports, held: &HoldsText, addr: u64, bytes: &[u8]) -> Result;
     /// Makes `writes` in order, each as [`Arch::write`] would, sharing between them what the
     /// arch lets them share (x86: the temporary mm, patch 0009; arm64: a page's mapping, patch
     /// 0010). On an error, some of them may have been made.
-    fn write_many(series: &Self::Series, held: &HoldsText, writes: &[TextWrite<'_>]) -> Result;
+    fn write_many(exports: &Self::Exports, held: &HoldsText, writes: &[TextWrite<'_>]) -> Result;
     /// Makes every online CPU execute a context-synchronizing event, and waits for all of them.
     fn sync_all();
     /// Makes the calling CPU refetch every instruction after this point (x86 `sync_core()`,
@@ -98,7 +98,7 @@ pub(crate) trait Arch {
     /// The self-test's private trap sites.
     fn selftest_sites() -> &'static [TrapSite];
     /// The self-test's arch-only cases.
-    fn selftest_cases() -> &'static [ArchCase<Self::Series>];
+    fn selftest_cases() -> &'static [ArchCase<Self::Exports>];
 }
 
 /// One write of [`Arch::write_many`].

@@ -25,9 +25,9 @@ use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::module_text::{Module, ModuleRef};
+use crate::patch_series::{Generic, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::pending::PublishError;
 use crate::plan::{Change, Plan, Protocol, Recovery, Repair, Step, Stranded};
-use crate::series::{Common, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -237,21 +237,21 @@ impl Batch {
             );
             return Err(EINVAL);
         }
-        let common = &engine.series.common;
-        let early = debug::decided_early(common);
+        let generic = &engine.exports.generic;
+        let early = debug::decided_early(generic);
         // In the order the kernel's pokers take them (see `ModuleLocks`).
-        let kprobes = common.lock_kprobes();
+        let kprobes = generic.lock_kprobes();
         let hotplug = HotplugGuard::new();
-        let text = common.lock_text();
+        let text = generic.lock_text();
         // Whether anyone listens, decided under `text_mutex`: a listener that is not counted
         // now waits for it (patch 0011).
-        if early.unwrap_or_else(|| common.listening(text.holds())) {
+        if early.unwrap_or_else(|| generic.listening(text.holds())) {
             let locks = ModuleLocks {
                 text: Some(text),
                 across: AcrossSyncs::Released,
                 hotplug,
                 kprobes: Some(kprobes),
-                common,
+                generic,
             };
             self.commit_with(engine, locks, Protocol::Guarded)
         } else {
@@ -276,7 +276,7 @@ impl Batch {
             return Err(EINVAL);
         }
         // The caller holds `text_mutex` throughout: an answer of "nobody" holds until it is done.
-        let protocol = if engine.series.common.listening(held.holds()) {
+        let protocol = if engine.exports.generic.listening(held.holds()) {
             Protocol::Guarded
         } else {
             Protocol::Quiet
@@ -497,15 +497,15 @@ struct ModuleLocks<'a> {
     hotplug: HotplugGuard,
     /// kprobes' lock, from before the text check until the guards are written (the first
     /// sync): no probe is armed on a site between the check and its guard
-    /// (`Common::lock_kprobes`).
+    /// (`Generic::lock_kprobes`).
     kprobes: Option<KprobesGuard<'a>>,
-    common: &'a Common,
+    generic: &'a Generic,
 }
 
 impl TextAccess for ModuleLocks<'_> {
     fn hold(&mut self) -> &HoldsText {
-        let common = self.common;
-        self.text.get_or_insert_with(|| common.lock_text()).holds()
+        let generic = self.generic;
+        self.text.get_or_insert_with(|| generic.lock_text()).holds()
     }
 
     fn release(&mut self) {
@@ -527,8 +527,8 @@ impl TextAccess for ModuleLocks<'_> {
     }
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
-        let common = self.common;
-        let text = self.text.get_or_insert_with(|| common.lock_text());
+        let generic = self.generic;
+        let text = self.text.get_or_insert_with(|| generic.lock_text());
         Some((text.holds(), &self.hotplug))
     }
 }
@@ -900,7 +900,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         self.yield_if_due();
         let queued = self.queued.get(..self.nqueued).ok_or(EINVAL)?;
         let n = u32::try_from(queued.len()).map_err(|_| EINVAL)?;
-        let series = &self.engine.series;
+        let exports = &self.engine.exports;
         let held = self.text.hold();
         // A write failing on purpose (debug builds): the ones before it are made, as when the
         // arch's write fails part way.
@@ -909,9 +909,9 @@ impl<'a, A: TextAccess> Run<'a, A> {
             (i < queued.len()).then_some(i)
         });
         let made = match failing {
-            Some(i) => CurrentArch::write_many(&series.arch, held, queued.get(..i).unwrap_or(&[]))
+            Some(i) => CurrentArch::write_many(&exports.arch, held, queued.get(..i).unwrap_or(&[]))
                 .and(Err(EIO)),
-            None => CurrentArch::write_many(&series.arch, held, queued),
+            None => CurrentArch::write_many(&exports.arch, held, queued),
         };
         self.nqueued = 0;
         add_part(
@@ -936,9 +936,9 @@ impl<'a, A: TextAccess> Run<'a, A> {
         if self.fail_write == Some(self.stats.writes.saturating_add(1)) {
             return Err(EIO);
         }
-        let series = &self.engine.series;
+        let exports = &self.engine.exports;
         let held = self.text.hold();
-        CurrentArch::write(&series.arch, held, e.addr.wrapping_add(offset), bytes)?;
+        CurrentArch::write(&exports.arch, held, e.addr.wrapping_add(offset), bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
         self.since_resched = self.since_resched.saturating_add(1);
         Ok(())
@@ -1007,7 +1007,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 }
             }
         }
-        let series = &self.engine.series;
+        let exports = &self.engine.exports;
         let Some((held, _hotplug)) = self.text.park() else {
             pr_err!(
                 "batch {}: a kernel batch planned a parked section\n",
@@ -1037,7 +1037,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             // call, which returns only once every CPU has left the callback; the commit holds the
             // CPU-hotplug read lock (`_hotplug`), as the function requires.
             let ret = unsafe {
-                (series.common.stop_machine_cpuslocked)(
+                (exports.generic.stop_machine_cpuslocked)(
                     parked_section,
                     (&raw const section).cast_mut().cast::<c_void>(),
                     &raw const kernel::bindings::__cpu_online_mask,
@@ -1190,7 +1190,7 @@ fn text_poke_record(engine: &Engine, e: &Entry, what: Emit) {
     // SAFETY: `old` and `new` are valid for their lengths; the function copies them into the
     // ring buffers of interested events and keeps no reference.
     unsafe {
-        (engine.series.common.perf_event_text_poke)(
+        (engine.exports.generic.perf_event_text_poke)(
             e.addr as usize as *const c_void,
             old.as_ptr().cast::<c_void>(),
             old.len(),
@@ -1259,7 +1259,7 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
         match *step {
             Step::WriteWhole(_) => {
                 if let Err(err) = CurrentArch::write(
-                    &p.engine.series.arch,
+                    &p.engine.exports.arch,
                     p.held,
                     e.addr,
                     e.change.new.as_slice(),

@@ -110,12 +110,12 @@ pub(crate) fn failing_write() -> Option<u32> {
 /// longer than a recorder takes to open its per-CPU events and map their buffers, in which a
 /// listener is counted and copies the text, before the batch takes its locks and writes by the
 /// stale answer. `None` otherwise, and always in a production build.
-pub(crate) fn decided_early(common: &crate::series::Common) -> Option<bool> {
+pub(crate) fn decided_early(generic: &crate::patch_series::Generic) -> Option<bool> {
     #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
     if defect() == Defect::SkipListenerHandshake {
         let listening = {
-            let text = common.lock_text();
-            common.listening(text.holds())
+            let text = generic.lock_text();
+            generic.listening(text.holds())
         };
         kernel::pr_warn!("DELIBERATELY BROKEN: the listener handshake skipped (debug_protocol)\n");
         // SAFETY: Process context (a commit), no lock held.
@@ -123,7 +123,7 @@ pub(crate) fn decided_early(common: &crate::series::Common) -> Option<bool> {
         return Some(listening);
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
-    let _ = common;
+    let _ = generic;
     None
 }
 

@@ -7,32 +7,32 @@ use crate::cpu;
 use crate::current_arch::CurrentArch;
 use crate::entry::Entry;
 use crate::module_text::Module;
+use crate::patch_series::{Generic, SymbolResolver};
 use crate::pending::{CpuReaders, PendingTable, ENGINE_SLOTS};
 use crate::poke_log::PokeLog;
 use crate::replaced::Replaced;
-use crate::series::{Common, Resolver};
 use crate::sites::Sites;
 use crate::stats::Stats;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
-/// The patch series' exports: the common ones and this arch's.
-pub(crate) struct Series {
+/// The patch series' exports: the generic ones and this arch's.
+pub(crate) struct Exports {
     /// `perf_event_text_poke()` and `text_mutex`.
-    pub(crate) common: Common,
+    pub(crate) generic: Generic,
     /// This arch's writes and trap-hook registration.
-    pub(crate) arch: <CurrentArch as Arch>::Series,
+    pub(crate) arch: <CurrentArch as Arch>::Exports,
 }
 
-impl Series {
+impl Exports {
     /// Resolves every export, or explains which are missing and fails with `ENOSYS`.
     pub(crate) fn resolve() -> Result<Self> {
-        let mut r = Resolver::new();
-        let common = Common::resolve(&mut r);
+        let mut r = SymbolResolver::new();
+        let generic = Generic::resolve(&mut r);
         let arch = CurrentArch::resolve(&mut r);
         r.finish()?;
-        match (common, arch) {
-            (Some(common), Some(arch)) => Ok(Self { common, arch }),
+        match (generic, arch) {
+            (Some(generic), Some(arch)) => Ok(Self { generic, arch }),
             // `finish` fails whenever a lookup did, so this cannot be reached; refuse loudly
             // all the same.
             _ => {
@@ -47,7 +47,7 @@ impl Series {
 #[pin_data]
 pub(crate) struct Engine {
     /// The patch series' functions.
-    pub(crate) series: Series,
+    pub(crate) exports: Exports,
     /// Registered sites.
     #[pin]
     pub(crate) sites: Mutex<Sites>,
@@ -69,7 +69,7 @@ pub(crate) struct Engine {
 
 impl Engine {
     /// A fresh engine for the textpoke module `module`.
-    pub(crate) fn new(series: Series, module: Module) -> Result<impl PinInit<Self, Error>> {
+    pub(crate) fn new(exports: Exports, module: Module) -> Result<impl PinInit<Self, Error>> {
         let cpus = cpu::possible();
         let mut readers = KVec::with_capacity(cpus, GFP_KERNEL)?;
         for _ in 0..cpus {
@@ -78,7 +78,7 @@ impl Engine {
         let stats = Stats::new(cpus)?;
         let replaced = Replaced::new()?;
         Ok(try_pin_init!(Self {
-            series,
+            exports,
             sites <- new_mutex!(Sites::new(module), "textpoke:sites"),
             table: PendingTable::with_reserved(readers, 1),
             replaced,

@@ -3,7 +3,7 @@
 //! The kernel errors of the refusals in [`crate::refusal`], the canonical table.
 //!
 //! Loading is the one refusal outside it: a kernel without the patch series gets `ENOSYS`
-//! (`rust/series.rs`).
+//! (`rust/patch_series.rs`).
 
 use crate::insn::InsnError;
 use crate::refusal::{self, Refusal};

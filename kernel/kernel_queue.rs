@@ -4,7 +4,7 @@
 //! kept by the engine.
 
 use crate::entry::{CommitState, Entry};
-use crate::series::TextHeld;
+use crate::patch_series::TextHeld;
 use core::cell::UnsafeCell;
 use kernel::prelude::*;
 

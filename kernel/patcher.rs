@@ -32,8 +32,8 @@ use crate::entry::{CommitState, Entry};
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_queue::{Declined, KERNEL_MAX_SITES};
 use crate::kernel_text;
+use crate::patch_series::{text_patcher_ops, Generic, PatcherRegistration, TextHeld};
 use crate::plan::Change;
-use crate::series::{text_patcher_ops, Common, PatcherRegistration, TextHeld};
 use core::sync::atomic::Ordering;
 use kernel::{ffi::c_void, prelude::*};
 
@@ -166,7 +166,7 @@ unsafe extern "C" fn textpoke_patcher_queue(
     let new = unsafe { core::slice::from_raw_parts(insn.cast::<u8>(), len) };
     engine::with(|engine| {
         // SAFETY: The kernel calls with `text_mutex` held for the whole call.
-        let held = unsafe { engine.series.common.text_held_by_caller() };
+        let held = unsafe { engine.exports.generic.text_held_by_caller() };
         queue(engine, &held, addr as usize as u64, new)
     })
     .unwrap_or(false)
@@ -180,7 +180,7 @@ unsafe extern "C" fn textpoke_patcher_queue(
 unsafe extern "C" fn textpoke_patcher_apply() {
     engine::with(|engine| {
         // SAFETY: The kernel calls with `text_mutex` held for the whole call.
-        let held = unsafe { engine.series.common.text_held_by_caller() };
+        let held = unsafe { engine.exports.generic.text_held_by_caller() };
         commit(engine, &held);
     });
 }
@@ -212,12 +212,12 @@ pub(crate) struct Registration {
 impl Registration {
     /// Registers textpoke (`module`) as the kernel's patcher. Registration is refused while the
     /// kernel is in the middle of an update on its own path (`EBUSY`): retried for a second.
-    pub(crate) fn new(common: &Common, module: &'static ThisModule) -> Result<Self> {
+    pub(crate) fn new(generic: &Generic, module: &'static ThisModule) -> Result<Self> {
         let mut tries = 0;
         loop {
             // SAFETY: `OPS` and its functions are this module's, which cannot go away before the
             // registration is dropped (in the module's exit, which drops it first).
-            match unsafe { common.register_patcher(&OPS, module.as_ptr()) } {
+            match unsafe { generic.register_patcher(&OPS, module.as_ptr()) } {
                 Ok(registration) => {
                     return Ok(Self {
                         _registration: registration,

@@ -18,8 +18,8 @@ use crate::cpu::{self, NoPreempt};
 use crate::current_arch::CurrentArch;
 use crate::engine::Engine;
 use crate::entry::Entry;
+use crate::patch_series::TrapHook;
 use crate::plan::{Change, Cost, Plan};
-use crate::series::TrapHook;
 use kernel::prelude::*;
 
 /// The self-test's results as log lines (see the module documentation).
@@ -68,7 +68,7 @@ pub(crate) fn run(engine: &Engine, hook: &TrapHook) -> bool {
         t.result(site.name, trap(engine, site));
     }
     for case in cases {
-        t.result(case.name, (case.run)(&engine.series.arch));
+        t.result(case.name, (case.run)(&engine.exports.arch));
     }
     t.finish()
 }
@@ -147,8 +147,8 @@ fn trap(engine: &Engine, s: &TrapSite) -> Result<(), &'static str> {
         return Err("site did not hold its original instruction");
     }
     let write = |bytes: &[u8]| {
-        let held = engine.series.common.lock_text();
-        CurrentArch::write(&engine.series.arch, held.holds(), site, bytes)
+        let held = engine.exports.generic.lock_text();
+        CurrentArch::write(&engine.exports.arch, held.holds(), site, bytes)
             .map_err(|_| "write failed")
     };
     let old_head = entry

@@ -15,7 +15,7 @@ use crate::errno;
 use crate::insn::{InsnBytes, MAX_INSN_LEN};
 use crate::kernel_text;
 use crate::module_text::Module;
-use crate::series::Common;
+use crate::patch_series::Generic;
 use kernel::prelude::*;
 
 /// A registered site.
@@ -132,11 +132,11 @@ impl Sites {
     /// takes `kprobe_mutex`, under which kprobes takes `cpu_hotplug_lock`, under which a commit
     /// takes the sites lock. A kprobe armed after the check is caught as any later one is: the
     /// site's text no longer reads as the engine left it, and changes to it fail with `EIO`.
-    pub(crate) fn refuse_other_patchers(common: &Common, addr: u64, len: usize) -> Result {
+    pub(crate) fn refuse_other_patchers(generic: &Generic, addr: u64, len: usize) -> Result {
         if crate::debug::defect() == crate::debug::Defect::IgnoreOtherPatchers {
             return Ok(());
         }
-        if let Some(owner) = common.text_owner(addr, addr.saturating_add(len as u64)) {
+        if let Some(owner) = generic.text_owner(addr, addr.saturating_add(len as u64)) {
             pr_err!("refusing site {:#x}: its text belongs to {owner}\n", addr);
             return Err(errno::other_patcher());
         }

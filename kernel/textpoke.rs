@@ -48,10 +48,10 @@ mod kernel_text;
 mod module_notifier;
 #[path = "../rust/module_text.rs"]
 mod module_text;
+#[path = "../rust/patch_series.rs"]
+mod patch_series;
 #[path = "../rust/pt_regs.rs"]
 mod pt_regs;
-#[path = "../rust/series.rs"]
-mod series;
 
 mod api;
 mod arch;
@@ -77,7 +77,7 @@ mod trap;
 struct TextPoke {
     _patcher: Option<patcher::Registration>,
     _files: debugfs::Dir,
-    _hook: series::TrapHook,
+    _hook: patch_series::TrapHook,
     _modules: module_notifier::ModuleNotifier,
     _engine: engine::Published,
 }
@@ -94,15 +94,15 @@ fn module_going(module: module_text::Module) {
 
 impl kernel::Module for TextPoke {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let series = engine::Series::resolve()?;
-        let engine = engine::Engine::new(series, module_text::Module::of(module))?;
+        let exports = engine::Exports::resolve()?;
+        let engine = engine::Engine::new(exports, module_text::Module::of(module))?;
         let engine = engine::Published::new(KBox::pin_init(engine, GFP_KERNEL)?);
         let modules = module_notifier::ModuleNotifier::register(module_going)?;
         // The hook goes in after the engine is published and before any guard can exist.
         let hook = engine
             .engine()
-            .series
-            .common
+            .exports
+            .generic
             .register_trap(trap::textpoke_trap)?;
         if !selftest::run(engine.engine(), &hook) {
             pr_err!("self-test failed; refusing to load\n");
@@ -113,7 +113,7 @@ impl kernel::Module for TextPoke {
         // engine, which must be complete for them.
         let patcher = if patcher::wanted() {
             Some(patcher::Registration::new(
-                &engine.engine().series.common,
+                &engine.engine().exports.generic,
                 module,
             )?)
         } else {

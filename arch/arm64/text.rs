@@ -2,9 +2,9 @@
 
 //! Writing arm64 text and making every CPU's instruction stream see it.
 
-use super::series::Series;
+use super::patch_series::ArchExports;
 use crate::arch::TextWrite;
-use crate::series::HoldsText;
+use crate::patch_series::HoldsText;
 use kernel::{
     bindings,
     ffi::{c_int, c_void},
@@ -19,12 +19,12 @@ use kernel::{
 /// `DSB ISH`, `ISB`) follows on the executable address. Other CPUs still need a context
 /// synchronization event: that is [`sync_all`]. `text_mutex` is held to keep kprobes, which
 /// arms probes under it, away from the site in between.
-pub(super) fn write(series: &Series, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
+pub(super) fn write(exports: &ArchExports, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
     let word: [u8; 4] = bytes.try_into().map_err(|_| EINVAL)?;
     // SAFETY: `addr` is a registered, 4-byte aligned site inside a live module's text (validated
     // at registration, pinned by the batch).
     let ret = unsafe {
-        (series.aarch64_insn_write)(addr as usize as *mut c_void, u32::from_le_bytes(word))
+        (exports.aarch64_insn_write)(addr as usize as *mut c_void, u32::from_le_bytes(word))
     };
     kernel::error::to_result(ret)?;
     // SAFETY: Cache maintenance by virtual address on the instruction just written.
@@ -39,7 +39,11 @@ const WRITES_PER_CALL: usize = 64;
 /// Makes `writes` in order with `aarch64_insn_write_many()` (patch 0010), which maps a page
 /// once for consecutive instructions in it: one broadcast TLB invalidation per page rather than
 /// per instruction. Then the same cache maintenance as [`write`], on each.
-pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
+pub(super) fn write_many(
+    exports: &ArchExports,
+    _held: &HoldsText,
+    writes: &[TextWrite<'_>],
+) -> Result {
     let mut addrs = [core::ptr::null_mut::<c_void>(); WRITES_PER_CALL];
     let mut insns = [0u32; WRITES_PER_CALL];
     for chunk in writes.chunks(WRITES_PER_CALL) {
@@ -49,7 +53,7 @@ pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite
             *insn = u32::from_le_bytes(word);
         }
         let n = c_int::try_from(chunk.len()).map_err(|_| EINVAL)?;
-        let write_many = series.aarch64_insn_write_many;
+        let write_many = exports.aarch64_insn_write_many;
         let (a, i) = (addrs.as_mut_ptr(), insns.as_mut_ptr());
         // SAFETY: The first `n` entries of both arrays are filled in just above, each a
         // 4-byte aligned instruction of a registered site or of a kernel change the kernel

@@ -3,16 +3,16 @@
 //! x86-64: `INT3` guards, `text_poke()` writes, serializing IPIs and the `INT3` trap hook.
 
 pub mod insn;
+mod patch_series;
 mod regs;
 mod selftest_site;
-mod series;
 mod text;
 mod trap;
 
 use crate::arch::{Arch, ArchCase, TextWrite, TrapSite};
 use crate::insn::{InsnBytes, InsnError, Op};
+use crate::patch_series::{HoldsText, SymbolResolver};
 use crate::pt_regs::PtRegs;
-use crate::series::{HoldsText, Resolver};
 use insn::{Insn, Kind, Listed};
 use kernel::prelude::*;
 
@@ -47,7 +47,7 @@ impl Arch for CurrentArch {
     const KIND_NAMES: &'static [&'static str] = &KIND_NAMES;
 
     type Insn = Listed;
-    type Series = series::Series;
+    type Exports = patch_series::ArchExports;
 
     fn accept(site: u64, bytes: &[u8]) -> Result<Listed, InsnError> {
         let insn = Listed::accept(site, bytes)?;
@@ -91,16 +91,25 @@ impl Arch for CurrentArch {
         false
     }
 
-    fn resolve(r: &mut Resolver) -> Option<series::Series> {
-        series::Series::resolve(r)
+    fn resolve(r: &mut SymbolResolver) -> Option<patch_series::ArchExports> {
+        patch_series::ArchExports::resolve(r)
     }
 
-    fn write(series: &series::Series, held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
-        text::write(series, held, addr, bytes)
+    fn write(
+        exports: &patch_series::ArchExports,
+        held: &HoldsText,
+        addr: u64,
+        bytes: &[u8],
+    ) -> Result {
+        text::write(exports, held, addr, bytes)
     }
 
-    fn write_many(series: &series::Series, held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
-        text::write_many(series, held, writes)
+    fn write_many(
+        exports: &patch_series::ArchExports,
+        held: &HoldsText,
+        writes: &[TextWrite<'_>],
+    ) -> Result {
+        text::write_many(exports, held, writes)
     }
 
     fn sync_all() {
@@ -141,7 +150,7 @@ impl Arch for CurrentArch {
         &selftest_site::SITES
     }
 
-    fn selftest_cases() -> &'static [ArchCase<series::Series>] {
+    fn selftest_cases() -> &'static [ArchCase<patch_series::ArchExports>] {
         &[]
     }
 }

@@ -2,10 +2,10 @@
 
 //! Writing x86 text and making every CPU's instruction stream see it.
 
-use super::series::{text_poke_write, Series};
+use super::patch_series::{text_poke_write, ArchExports};
 use crate::arch::TextWrite;
 use crate::cpu;
-use crate::series::HoldsText;
+use crate::patch_series::HoldsText;
 use kernel::{
     ffi::{c_uint, c_void},
     prelude::*,
@@ -15,12 +15,12 @@ use kernel::{
 ///
 /// Holding `text_mutex` (the guard) is what `text_poke()` asserts, and serializes with every
 /// in-kernel poker. x86 writes cannot fail once the site is validated module text.
-pub(super) fn write(series: &Series, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
+pub(super) fn write(exports: &ArchExports, _held: &HoldsText, addr: u64, bytes: &[u8]) -> Result {
     // SAFETY: `addr` is a registered site (inside a live module's text, validated at
     // registration, pinned by the batch), `bytes` is valid for `len` bytes, and `text_mutex`
     // is held as `text_poke()` requires.
     unsafe {
-        (series.text_poke)(
+        (exports.text_poke)(
             addr as usize as *mut c_void,
             bytes.as_ptr().cast::<c_void>(),
             bytes.len(),
@@ -35,7 +35,11 @@ const WRITES_PER_CALL: usize = 32;
 /// Makes `writes` in order with `text_poke_many()` (patch 0009), which switches to the
 /// temporary mm once per 16 writes rather than once per write, and maps a page once for
 /// consecutive writes to it. The same rules as [`write`] for each.
-pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite<'_>]) -> Result {
+pub(super) fn write_many(
+    exports: &ArchExports,
+    _held: &HoldsText,
+    writes: &[TextWrite<'_>],
+) -> Result {
     let mut c = [text_poke_write {
         addr: core::ptr::null_mut(),
         opcode: core::ptr::null(),
@@ -54,7 +58,7 @@ pub(super) fn write_many(series: &Series, _held: &HoldsText, writes: &[TextWrite
         // registered site or a kernel change the kernel handed over (text, validated, pinned
         // by the batch) and bytes valid for `len`; `text_mutex` is held as `text_poke_many()`
         // requires.
-        let ret = unsafe { (series.text_poke_many)(c.as_ptr(), n) };
+        let ret = unsafe { (exports.text_poke_many)(c.as_ptr(), n) };
         kernel::error::to_result(ret)?;
     }
     Ok(())

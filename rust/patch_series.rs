@@ -8,7 +8,7 @@
 //! vmlinux have no owning module, so nothing is pinned and nothing needs `symbol_put`.
 //!
 //! This file resolves the exports every arch uses; each arch resolves its own with the same
-//! [`Resolver`] (`arch/<arch>/series.rs`).
+//! [`SymbolResolver`] (`arch/<arch>/patch_series.rs`).
 
 use kernel::{ffi::c_void, prelude::*, str::CStr};
 
@@ -74,11 +74,11 @@ type RegisterPatcher = unsafe extern "C" fn(
 type UnregisterPatcher = unsafe extern "C" fn(*const text_patcher_ops);
 
 /// Looks exports up by name and remembers which were missing.
-pub(crate) struct Resolver {
+pub(crate) struct SymbolResolver {
     missing: &'static str,
 }
 
-impl Resolver {
+impl SymbolResolver {
     /// A resolver that has found nothing missing yet.
     pub(crate) fn new() -> Self {
         Self { missing: "" }
@@ -134,7 +134,7 @@ macro_rules! resolve {
 pub(crate) use resolve;
 
 /// The exports every arch uses.
-pub(crate) struct Common {
+pub(crate) struct Generic {
     /// `perf_event_text_poke()`.
     pub(crate) perf_event_text_poke: PerfEventTextPoke,
     perf_text_poke_listening: PerfTextPokeListening,
@@ -153,9 +153,9 @@ pub(crate) struct Common {
     unregister_text_patcher: UnregisterPatcher,
 }
 
-impl Common {
-    /// Resolves the common exports; `None` if any is missing (recorded in `r`).
-    pub(crate) fn resolve(r: &mut Resolver) -> Option<Self> {
+impl Generic {
+    /// Resolves the generic exports; `None` if any is missing (recorded in `r`).
+    pub(crate) fn resolve(r: &mut SymbolResolver) -> Option<Self> {
         let perf_event_text_poke = resolve!(r, "perf_event_text_poke", PerfEventTextPoke);
         let perf_text_poke_listening =
             resolve!(r, "perf_text_poke_listening", PerfTextPokeListening);
@@ -218,7 +218,7 @@ impl Common {
         // SAFETY: Process context (a commit); the guard below unlocks exactly once.
         unsafe { (self.kprobes_text_lock)() };
         KprobesGuard {
-            common: self,
+            generic: self,
             _not_send: core::marker::PhantomData,
         }
     }
@@ -238,7 +238,7 @@ impl Common {
         // the guard below unlocks exactly once.
         unsafe { (self.text_mutex_lock)() };
         TextLock {
-            common: self,
+            generic: self,
             proof: HoldsText(core::marker::PhantomData),
         }
     }
@@ -330,9 +330,9 @@ impl Drop for PatcherRegistration {
     }
 }
 
-/// Holds kprobes' lock ([`Common::lock_kprobes`]); releases it when dropped.
+/// Holds kprobes' lock ([`Generic::lock_kprobes`]); releases it when dropped.
 pub(crate) struct KprobesGuard<'a> {
-    common: &'a Common,
+    generic: &'a Generic,
     /// A mutex is released by the task that holds it: the guard must not move to another.
     _not_send: core::marker::PhantomData<*mut ()>,
 }
@@ -340,7 +340,7 @@ pub(crate) struct KprobesGuard<'a> {
 impl Drop for KprobesGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: A guard exists only while this task holds the lock (see `lock_kprobes`).
-        unsafe { (self.common.kprobes_text_unlock)() };
+        unsafe { (self.generic.kprobes_text_unlock)() };
     }
 }
 
@@ -348,9 +348,9 @@ impl Drop for KprobesGuard<'_> {
 /// [`TextHeld`] lends one, for as long as it exists.
 pub(crate) struct HoldsText(core::marker::PhantomData<*mut ()>);
 
-/// `text_mutex`, taken by this task ([`Common::lock_text`]); released when dropped.
+/// `text_mutex`, taken by this task ([`Generic::lock_text`]); released when dropped.
 pub(crate) struct TextLock<'a> {
-    common: &'a Common,
+    generic: &'a Generic,
     /// Not `Send` (a mutex is released by the task that holds it), as the proof is not.
     proof: HoldsText,
 }
@@ -365,14 +365,14 @@ impl TextLock<'_> {
 impl Drop for TextLock<'_> {
     fn drop(&mut self) {
         // SAFETY: A `TextLock` exists only while this task holds `text_mutex` (see `lock_text`).
-        unsafe { (self.common.text_mutex_unlock)() };
+        unsafe { (self.generic.text_mutex_unlock)() };
     }
 }
 
 /// `text_mutex`, held by the caller of a kernel patcher request for as long as this exists
-/// ([`Common::text_held_by_caller`]); released by nobody here.
+/// ([`Generic::text_held_by_caller`]); released by nobody here.
 pub(crate) struct TextHeld<'a> {
-    _common: &'a Common,
+    _common: &'a Generic,
     proof: HoldsText,
 }
 
