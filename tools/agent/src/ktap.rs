@@ -396,6 +396,102 @@ impl Case {
         }
     }
 
+    /// One group for `runs`, the same group run again and again until some goal was reached:
+    /// the plan then does not depend on how many runs that took.
+    ///
+    /// Its first case, `every_run_judged`, fails for each run that ended before its cases (a
+    /// run that is not a group). Then come the runs' cases once each, in the order the runs
+    /// have them; each passes only if it passed in every run that is a group, and fails if one
+    /// of them lacks it. A group among them is merged the same way. Diagnostics and log lines
+    /// name their run (`NAME: ...`).
+    pub fn merge_runs(name: impl Into<String>, runs: Vec<Case>) -> Self {
+        let mut whole = Vec::new();
+        let mut groups = Vec::new();
+        for run in runs {
+            match run.result {
+                CaseResult::Group(children) => groups.push((run.name, run.log, children)),
+                CaseResult::Fail(why) => whole.push(format!("{}: {why}", run.name)),
+                CaseResult::Pass | CaseResult::Skip(_) => {
+                    whole.push(format!("{}: no cases", run.name))
+                }
+            }
+        }
+        let judged = Case::check(
+            "every_run_judged",
+            whole.is_empty() && !groups.is_empty(),
+            if groups.is_empty() && whole.is_empty() {
+                "no run".to_owned()
+            } else {
+                whole.join("; ")
+            },
+        )
+        .with_log(format!(
+            "{} runs judged, {} ended before their cases",
+            groups.len(),
+            whole.len()
+        ));
+        let mut merged = Self::merge_children(&groups);
+        merged.insert(0, judged);
+        let mut case = Self::group(name, merged);
+        for (run, log, _) in &groups {
+            case.log.extend(log.iter().map(|l| format!("{run}: {l}")));
+        }
+        case
+    }
+
+    /// The cases of `runs` (each a run's name, log and cases) merged by name, as
+    /// [`Case::merge_runs`] says.
+    fn merge_children(runs: &[(String, Vec<String>, Vec<Case>)]) -> Vec<Case> {
+        let mut names: Vec<&str> = Vec::new();
+        for (_, _, children) in runs {
+            for c in children {
+                if !names.contains(&c.name.as_str()) {
+                    names.push(&c.name);
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let mut fails = Vec::new();
+                let mut skips = Vec::new();
+                let mut log = Vec::new();
+                let mut sub = Vec::new();
+                for (run, _, children) in runs {
+                    let Some(c) = children.iter().find(|c| c.name == name) else {
+                        fails.push(format!("{run}: missing"));
+                        continue;
+                    };
+                    log.extend(c.log.iter().map(|l| format!("{run}: {l}")));
+                    match &c.result {
+                        CaseResult::Pass => {}
+                        CaseResult::Fail(why) => fails.push(format!("{run}: {why}")),
+                        CaseResult::Skip(why) => skips.push(format!("{run}: {why}")),
+                        CaseResult::Group(grand) => {
+                            sub.push((run.clone(), Vec::new(), grand.clone()))
+                        }
+                    }
+                }
+                let result = if !sub.is_empty() && fails.is_empty() && skips.is_empty() {
+                    CaseResult::Group(Self::merge_children(&sub))
+                } else if !fails.is_empty() {
+                    CaseResult::Fail(fails.join("; "))
+                } else if skips.len() == runs.len() {
+                    CaseResult::Skip(skips.join("; "))
+                } else if !skips.is_empty() {
+                    CaseResult::Fail(format!("skipped in some runs only: {}", skips.join("; ")))
+                } else {
+                    CaseResult::Pass
+                };
+                Case {
+                    name: name.to_owned(),
+                    result,
+                    log,
+                }
+            })
+            .collect()
+    }
+
     fn new(name: impl Into<String>, result: CaseResult) -> Self {
         Self {
             name: name.into(),
@@ -491,6 +587,75 @@ fn truncate_at_char(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_runs_has_the_same_plan_however_many_runs() {
+        let run = |k: usize, ok: bool| {
+            Case::group(
+                format!("run_{k}"),
+                vec![
+                    Case::pass("a"),
+                    Case::check("b", ok, format!("b failed in {k}")).with_log(format!("b {k}")),
+                ],
+            )
+        };
+        let two = Case::merge_runs("r", vec![run(0, true), run(1, true)]);
+        let five = Case::merge_runs("r", (0..5).map(|k| run(k, true)).collect());
+        let names = |c: &Case| match &c.result {
+            CaseResult::Group(children) => children.iter().map(|c| c.name.clone()).collect(),
+            _ => Vec::new(),
+        };
+        assert_eq!(names(&two), ["every_run_judged", "a", "b"]);
+        assert_eq!(names(&two), names(&five));
+        assert!(two.passed() && five.passed());
+        let CaseResult::Group(children) = &five.result else {
+            unreachable!()
+        };
+        assert_eq!(
+            children[2].log,
+            [
+                "run_0: b 0",
+                "run_1: b 1",
+                "run_2: b 2",
+                "run_3: b 3",
+                "run_4: b 4"
+            ]
+        );
+
+        // One failing run fails the merged case, naming it.
+        let failed = Case::merge_runs("r", vec![run(0, true), run(1, false), run(2, true)]);
+        assert!(!failed.passed());
+        let CaseResult::Group(children) = &failed.result else {
+            unreachable!()
+        };
+        assert_eq!(
+            children[2].result,
+            CaseResult::Fail("run_1: b failed in 1".into())
+        );
+        assert_eq!(children[1].result, CaseResult::Pass);
+    }
+
+    #[test]
+    fn merge_runs_fails_a_run_cut_short_and_a_case_one_run_lacks() {
+        let full = Case::group("run_0", vec![Case::pass("a"), Case::pass("b")]);
+        let short = Case::group("run_1", vec![Case::pass("a")]);
+        let died = Case::fail("run_2", "the scenario did not start");
+        let m = Case::merge_runs("r", vec![full, short, died]);
+        let CaseResult::Group(children) = &m.result else {
+            unreachable!()
+        };
+        assert_eq!(
+            children[0].result,
+            CaseResult::Fail("run_2: the scenario did not start".into())
+        );
+        assert_eq!(children[1].result, CaseResult::Pass);
+        assert_eq!(
+            children[2].result,
+            CaseResult::Fail("run_1: missing".into())
+        );
+        // No run at all is a failure too, not an empty pass.
+        assert!(!Case::merge_runs("r", Vec::new()).passed());
+    }
 
     #[test]
     fn selftest_suite_from_log_lines() {
