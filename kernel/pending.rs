@@ -322,6 +322,15 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
         }
     }
 
+    /// Whether no batch is in flight, so that a lookup would find nothing: the load a lookup
+    /// starts with, for a caller that skips the lookup when it says so.
+    // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
+    #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
+    #[inline(always)]
+    pub fn idle(&self) -> bool {
+        self.live.load(Ordering::Acquire) == 0
+    }
+
     /// Looks up the instruction pending for the site starting at `addr`: a copy of its entry.
     ///
     /// See [`PendingTable::lookup_with`].
