@@ -194,9 +194,9 @@ const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(
             }
         }
 ";
-const TRAP_FOREIGN: &str = "        return false;\n    }\n    let mut now";
+const TRAP_FOREIGN: &str = "        return false;\n    }\n    claim(engine, site, regs)";
 const TRAP_COUNT: &str =
-    "        engine\n            .stats\n            .count_trap(cpu, CurrentArch::kind(&insn), kernel);\n";
+    "        engine\n            .stats\n            .count_trap(cpu::current(), CurrentArch::kind(&insn), kernel);\n";
 const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
 const PATCHER_PUSH: &str = "        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {";
 const PATCHER_MUST_PARK: &str = "    if CurrentArch::must_park(&old, &new) {
@@ -825,7 +825,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "trap-claims-foreign",
         file: TRAP,
         what: "trap: claims a trap at no site of its own",
-        edits: &[(TRAP_FOREIGN, "        return true;\n    }\n    let mut now")],
+        edits: &[(TRAP_FOREIGN, "        return true;\n    }\n    claim(engine, site, regs)")],
         killers: &[],
         hang_kills: false,
         allowed: Some(
