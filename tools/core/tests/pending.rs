@@ -179,7 +179,7 @@ fn stress_readers_and_concurrent_publishers() {
 
     let publishers: Vec<_> = (0..PUBLISHERS as u64)
         .map(|p| {
-            let (t, start) = (t.clone(), start.clone());
+            let (t, start, lookups) = (t.clone(), start.clone(), lookups.clone());
             thread::spawn(move || {
                 start.wait();
                 for round in 0..ROUNDS {
@@ -194,6 +194,20 @@ fn stress_readers_and_concurrent_publishers() {
                     t.with_published(&batch, thread::yield_now, || {
                         for e in &batch {
                             assert_eq!(t.lookup(p as usize % CPUS, e.addr), Some(*e));
+                        }
+                        // Now and then a batch of 64 stays in flight until the readers have
+                        // made 10000 lookups (some 150 of them at its sites), so that they meet
+                        // live batches however the threads are scheduled; for two seconds at
+                        // most, in case the readers have stopped (a failed assertion).
+                        if round % 256 == 63 {
+                            let seen = lookups.load(Ordering::Relaxed);
+                            let until =
+                                std::time::Instant::now() + std::time::Duration::from_secs(2);
+                            while lookups.load(Ordering::Relaxed) < seen + 10_000
+                                && std::time::Instant::now() < until
+                            {
+                                thread::yield_now();
+                            }
                         }
                     })
                     .expect("disjoint batches never conflict");

@@ -825,7 +825,10 @@ pub const MUTANTS: &[Mutant] = &[
         name: "trap-claims-foreign",
         file: TRAP,
         what: "trap: claims a trap at no site of its own",
-        edits: &[(TRAP_FOREIGN, "        return true;\n    }\n    claim(engine, site, regs)")],
+        edits: &[(
+            TRAP_FOREIGN,
+            "        return true;\n    }\n    claim(engine, site, regs)",
+        )],
         killers: &[],
         hang_kills: false,
         allowed: Some(
