@@ -335,7 +335,7 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     ///
     /// See [`PendingTable::lookup_with`].
     pub fn lookup(&self, cpu: usize, addr: u64) -> Option<E> {
-        self.lookup_with(|| cpu, addr, |e| *e)
+        self.lookup_with(cpu, addr, |e| *e)
     }
 
     /// Looks up the instruction pending for the site starting at `addr`, and returns what
@@ -343,26 +343,17 @@ impl<E: Pending, C: Deref<Target = [CpuReaders<SLOTS>]>, const SLOTS: usize>
     /// may be big enough for the compiler to copy it with a call to `memcpy`, which the trap
     /// path may not make).
     ///
-    /// Called from the trap handler on the CPU `cpu` returns, which must stay on that CPU for the
-    /// call (interrupts are masked in trap context). `cpu` is asked only when some batch is in
-    /// flight, so that a trap that is not textpoke's, with none in flight, costs one load.
-    /// Wait-free; touches only shared read-mostly slot fields and that CPU's own counters.
+    /// Called from the trap handler on the CPU `cpu`, which must stay on that CPU for the call
+    /// (interrupts are masked in trap context). The handler skips the call when
+    /// [`PendingTable::idle`] says no batch is in flight. Wait-free; touches only shared read-mostly slot fields and that CPU's own counters.
     /// Returns `None` if no batch in flight has a site there (the trap is someone else's) or if
     /// the CPU is out of range.
     // Trap path: in the kernel, in the section kprobes refuse (kernel/trap.rs).
     #[cfg_attr(CONFIG_RUST, link_section = ".kprobes.text")]
     #[inline(always)]
-    pub fn lookup_with<R>(
-        &self,
-        cpu: impl FnOnce() -> usize,
-        addr: u64,
-        read: impl Fn(&E) -> R,
-    ) -> Option<R> {
+    pub fn lookup_with<R>(&self, cpu: usize, addr: u64, read: impl Fn(&E) -> R) -> Option<R> {
         let mut live = self.live.load(Ordering::Acquire);
-        if live == 0 {
-            return None;
-        }
-        let counts = &self.readers.get(cpu())?.count;
+        let counts = &self.readers.get(cpu)?.count;
         while live != 0 {
             let index = live.trailing_zeros() as usize;
             // Clears the lowest set bit.

@@ -76,17 +76,21 @@ fn handle(engine: &Engine, regs: &mut PtRegs) -> bool {
 #[inline(never)]
 #[link_section = ".kprobes.text"]
 fn claim(engine: &Engine, site: u64, regs: &mut PtRegs) -> bool {
-    // The CPU is stable: trap context cannot migrate. It is read only where it is needed.
+    // The CPU is stable: trap context cannot migrate. Read once, here and not in `handle`, so
+    // that a trap that is not textpoke's with no batch in flight never reads it.
+    let cpu = cpu::current();
     if let Some((insn, kernel)) = engine
         .table
-        .lookup_with(cpu::current, site, |e| (emulated(e), e.kernel))
+        .lookup_with(cpu, site, |e| (emulated(e), e.kernel))
     {
         CurrentArch::emulate(&insn, regs);
         engine
             .stats
-            .count_trap(cpu::current(), CurrentArch::kind(&insn), kernel);
+            .count_trap(cpu, CurrentArch::kind(&insn), kernel);
         return true;
     }
+    // `handle` tested this only when no batch was in flight; a lookup that found nothing leaves
+    // the replaced guards, then a debug build's seeded defect.
     if !engine.replaced.contains(site) {
         #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
         if crate::debug::defect() == crate::debug::Defect::SwallowForeign {
@@ -106,7 +110,7 @@ fn claim(engine: &Engine, site: u64, regs: &mut PtRegs) -> bool {
         return false;
     }
     if CurrentArch::resume_replaced(site, &now, regs) {
-        engine.stats.count_vanished(cpu::current());
+        engine.stats.count_vanished(cpu);
         true
     } else {
         false

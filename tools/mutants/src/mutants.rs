@@ -196,7 +196,7 @@ const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(
 ";
 const TRAP_FOREIGN: &str = "        return false;\n    }\n    claim(engine, site, regs)";
 const TRAP_COUNT: &str =
-    "        engine\n            .stats\n            .count_trap(cpu::current(), CurrentArch::kind(&insn), kernel);\n";
+    "        engine\n            .stats\n            .count_trap(cpu, CurrentArch::kind(&insn), kernel);\n";
 const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
 const PATCHER_PUSH: &str = "        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {";
 const PATCHER_MUST_PARK: &str = "    if CurrentArch::must_park(&old, &new) {
