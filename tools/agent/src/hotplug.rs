@@ -31,10 +31,10 @@ use crate::{kernel_patching, log, scenario};
 const SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9";
 
 /// How long the scenario is run again and again to reach [`MIN_OVERLAPPING`].
-const SCENARIO_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+const SCENARIO_LIMIT: std::time::Duration = std::time::Duration::from_secs(420);
 
 /// Hotplug operations (an offline or an online) that must overlap a batch in a boot.
-pub const MIN_OVERLAPPING: usize = 100;
+pub const MIN_OVERLAPPING: usize = 200;
 
 /// What the hotplug thread did.
 #[derive(Default, Debug)]
