@@ -21,8 +21,13 @@
 #   /usr/share/kselftest/ftrace
 #                          with --kernel-tree, ftracetest and its test cases from that kernel's
 #                          source (tools/testing/selftests/ftrace)
-#   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, from
-#                          tools/perf-bundle.sh (left out with --no-perf)
+#   /usr/share/kselftest/livepatch
+#                          with --kernel-tree of a kernel with CONFIG_LIVEPATCH, the livepatch
+#                          selftests of that kernel's source, their test modules built against
+#                          it, and their getpid hammer built static
+#   /usr/bin/perf + libs   Debian's real perf with its loader and library closure, and on x86_64
+#                          the programs the livepatch selftests need beyond busybox, from
+#                          tools/debian-bundle.sh (left out with --no-perf)
 #   /dev/console           for /init's stdin/stdout/stderr before devtmpfs is mounted
 #                          (written by hand: no mknod, so no root needed)
 #
@@ -93,6 +98,30 @@ arm64) machine="b7 00" ;;
 esac
 elf_machine() { od -An -tx1 -j18 -N2 "$1" | tr -s ' ' | sed 's/^ //; s/ $//'; }
 is_elf() { [ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" = 7f454c46 ]; }
+
+# The kernel's livepatch selftests, as tools/testing/selftests/livepatch's Makefile installs
+# them: the scripts in /usr/share/kselftest/livepatch, their modules in test_modules/ below it
+# (built out of tree against $kernel_tree in a directory of this output's own, mirrored so that
+# Kbuild stays incremental), and the getpid hammer test-syscall.sh runs. The programs the scripts
+# call beyond busybox come with tools/debian-bundle.sh, for x86_64 only: the only guest kernel
+# with livepatch (arm64 has none in 6.12).
+pack_livepatch_selftests() {
+	local src=$selftests/livepatch dst=$stage/usr/share/kselftest/livepatch
+	local mods=${out%.cpio}.livepatch-modules
+	[ "$arch" = x86_64 ] || die "the livepatch selftests are packed for x86_64 guests only"
+	[ -d "$src/test_modules" ] || die "no livepatch selftests under $src"
+	mkdir -p "$mods" "$dst/test_modules"
+	rsync -a --delete --filter='P *.o' --filter='P *.ko' --filter='P .*.cmd' --filter='P *.mod' \
+		--filter='P *.mod.c' --filter='P Module.symvers' --filter='P modules.order' \
+		"$src/test_modules/" "$mods/"
+	make -s -C "$kernel_tree" M="$mods" ARCH="$karch" LLVM="$llvm" modules >&2 ||
+		die "building the livepatch test modules against $kernel_tree failed"
+	install -m 0644 "$mods"/*.ko "$dst/test_modules/"
+	install -m 0644 "$src/functions.sh" "$src/settings" "$dst/"
+	install -m 0755 "$src"/test-*.sh "$dst/"
+	clang -static -O2 -o "$dst/test_klp-call_getpid" "$src/test_klp-call_getpid.c" ||
+		die "building test_klp-call_getpid failed"
+}
 
 [ -d "$moddir" ] || die "modules directory $moddir does not exist"
 [ -f "$agent" ] || die "agent $agent does not exist"
@@ -181,6 +210,9 @@ if [ -n "$kernel_tree" ]; then
 	[ -x "$selftests/ftrace/ftracetest" ] || die "no ftracetest under $selftests"
 	mkdir -p "$stage/usr/share/kselftest"
 	cp -r "$selftests/ftrace" "$stage/usr/share/kselftest/ftrace"
+	if grep -qx CONFIG_LIVEPATCH=y "$kernel_tree/.config"; then
+		pack_livepatch_selftests
+	fi
 fi
 if [ -n "$debug_ko" ]; then
 	[ -f "$debug_ko" ] || die "debug textpoke $debug_ko does not exist"
@@ -190,7 +222,7 @@ if [ -n "$debug_ko" ]; then
 fi
 
 if [ "$perf" = 1 ]; then
-	"$top/tools/perf-bundle.sh" "$arch" "$stage"
+	"$top/tools/debian-bundle.sh" "$arch" "$stage"
 fi
 
 # --- cpio -------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ SRC
 
 apt_packages() {
 	local base=(clang lld llvm libclang-dev flex bison bc libelf-dev libssl-dev cpio kmod
-		busybox-static zstd xz-utils python3 rsync file)
+		busybox-static zstd xz-utils python3 rsync file procps)
 	local missing=() p
 	for p in "${base[@]}"; do
 		[ -n "$(installed_version "$p")" ] || missing+=("$p")

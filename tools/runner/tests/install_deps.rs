@@ -26,7 +26,7 @@ const CURRENT_SOURCE: &str = "6.12.130-1~deb12u1";
 const OLDER_SOURCE: &str = "6.12.110-1~deb12u1";
 
 /// The packages the script installs from bookworm, in its order.
-const BASE: [&str; 17] = [
+const BASE: [&str; 18] = [
     "clang",
     "lld",
     "llvm",
@@ -44,6 +44,7 @@ const BASE: [&str; 17] = [
     "python3",
     "rsync",
     "file",
+    "procps",
 ];
 
 /// What the `test` profile adds to [`BASE`], in the same install: clang 19 for the kernels built
@@ -72,6 +73,7 @@ const ARCHIVE: &[(&str, &str, &str)] = &[
     ("python3", "3.11.2-1+b1", BOOKWORM),
     ("rsync", "3.2.7-1+deb12u2", BOOKWORM),
     ("file", "1:5.44-3", BOOKWORM),
+    ("procps", "2:4.0.2-3", BOOKWORM),
     ("clang-19", "1:19.1.7-3~deb12u1", BOOKWORM),
     ("lld-19", "1:19.1.7-3~deb12u1", BOOKWORM),
     ("llvm-19", "1:19.1.7-3~deb12u1", BOOKWORM),

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Copies Debian's real perf, with the dynamic loader and every shared library it loads, into a
-# guest root directory (used by tools/initramfs.sh).
+# Copies Debian's real programs the guests run, with the dynamic loader and every shared library
+# they load, into a guest root directory (used by tools/initramfs.sh):
 #
-#   tools/perf-bundle.sh <x86_64|arm64> <root-dir>
+#   tools/debian-bundle.sh <x86_64|arm64> <root-dir>
 #
-# Why Debian's binary and not a perf built from the guest kernel's tools/perf: it is the perf
-# people actually run, and building perf needs a pile of -dev packages per arch.
+# - perf, as /usr/bin/perf, on both arches;
+# - on x86_64, the programs of GNU and Debian that the kernel's livepatch selftests call and
+#   busybox lacks or implements without the options they use (KSELFTEST_PROGRAMS below), in
+#   /usr/lib/kselftest/bin, which the agent puts first in their PATH and nobody else's. Only the
+#   x86 guests have livepatch (arm64 has none in 6.12).
 #
-# x86_64 takes the host's own perf (linux-perf 6.12 from bookworm-backports, installed by
+# Why Debian's binaries and not a perf built from the guest kernel's tools/perf: they are the
+# programs people actually run, and building perf needs a pile of -dev packages per arch.
+#
+# x86_64 takes the host's own programs (linux-perf 6.12 from bookworm-backports, installed by
 # tools/install-deps.sh). arm64 downloads linux-perf:arm64 of the same version plus the arm64
 # packages that provide its libraries into $TEXTPOKE_CACHE/debs/arm64-perf/, unpacks them (never
 # installs them) into a cached sysroot, and copies from there.
@@ -26,7 +32,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: tools/perf-bundle.sh <x86_64|arm64> <root-dir>" >&2
+	echo "usage: tools/debian-bundle.sh <x86_64|arm64> <root-dir>" >&2
 	exit 2
 }
 [ $# -eq 2 ] || usage
@@ -34,9 +40,9 @@ arch=$1
 dest=$2
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 
-log() { printf '[perf-bundle %s] %s\n' "$arch" "$*" >&2; }
+log() { printf '[debian-bundle %s] %s\n' "$arch" "$*" >&2; }
 die() {
-	printf 'tools/perf-bundle.sh: %s\n' "$*" >&2
+	printf 'tools/debian-bundle.sh: %s\n' "$*" >&2
 	exit 1
 }
 
@@ -114,7 +120,8 @@ install_link() {
 	fi
 }
 
-# Walks the DT_NEEDED closure of guest file $1 (already canonical) and copies everything.
+# Walks the DT_NEEDED closure of guest file $1 (already canonical) and copies everything, the
+# program itself to guest path $2.
 # Sets the global array `missing` to "soname (needed by file)" for what could not be found,
 # so the arm64 path can fetch more packages and walk again; copies nothing in that case.
 declare -a missing
@@ -162,10 +169,9 @@ closure() {
 		link) install_link "$a" "$b" ;;
 		esac
 	done
-	# perf itself goes to /usr/bin/perf whatever Debian calls it.
-	mkdir -p "$dest/usr/bin"
-	cp -p "$sysroot$1" "$dest/usr/bin/perf"
-	log "perf $1 with $((${#seen[@]} - 1)) shared objects"
+	mkdir -p "$dest$(dirname "$2")"
+	cp -p "$sysroot$1" "$dest$2"
+	log "$2 ($1) with $((${#seen[@]} - 1)) shared objects"
 }
 
 # Picks the real perf binary under $sysroot. Debian's unversioned linux-perf package
@@ -189,7 +195,17 @@ find_perf() {
 	return 1
 }
 
-# --- x86_64: the host's perf ----------------------------------------------------------------
+# --- x86_64: the host's programs --------------------------------------------------------------
+
+# What the livepatch selftests (tools/testing/selftests/livepatch/functions.sh and test-*.sh)
+# need beyond busybox: bash (arrays, [[ ]], process substitution), GNU date (--rfc-3339=ns, the
+# canary that finds a test's kernel messages), procps' sysctl (--values), getconf
+# (_NPROCESSORS_ONLN), GNU stat (--format; called as /bin/stat, which tools/initramfs.sh links
+# here), kmod's modinfo and insmod (kmod acts as the name it is run by; the expected kernel
+# messages of the cases whose load must fail quote kmod insmod's error line) and GNU diff
+# (--label, for the difference a failing case prints).
+KSELFTEST_PROGRAMS=(bash date sysctl getconf stat modinfo insmod diff)
+KSELFTEST_BIN=/usr/lib/kselftest/bin
 
 bundle_host() {
 	[ "$(dpkg --print-architecture)" = amd64 ] || die "the x86_64 perf is the host's own: this host is not amd64"
@@ -200,8 +216,19 @@ bundle_host() {
 	*) die "linux-perf $PERF_SERIES is not installed (have '${ver:-none}'): run tools/install-deps.sh" ;;
 	esac
 	perf=$(find_perf) || die "no perf ELF binary found behind /usr/bin/perf"
-	closure "$perf"
+	# perf itself goes to /usr/bin/perf whatever Debian calls it.
+	closure "$perf" /usr/bin/perf
 	[ ${#missing[@]} -eq 0 ] || die "libraries not found on the host: ${missing[*]}"
+	local p path
+	for p in "${KSELFTEST_PROGRAMS[@]}"; do
+		path=$(command -v "$p") || die "$p is not installed: run tools/install-deps.sh"
+		closure "$(canon "$path")" "$KSELFTEST_BIN/$p"
+		[ ${#missing[@]} -eq 0 ] || die "libraries not found on the host: ${missing[*]}"
+	done
+	# functions.sh calls /bin/stat by its path. busybox's stat, which it replaces, takes the
+	# same -c formats, the only ones anything else in the guests uses.
+	mkdir -p "$dest/bin"
+	ln -s "$KSELFTEST_BIN/stat" "$dest/bin/stat"
 }
 
 # --- arm64: Debian's arm64 packages, unpacked -----------------------------------------------
@@ -323,7 +350,7 @@ bundle_arm64() {
 	# Each round walks the closure as far as the unpacked packages reach, then fetches the
 	# packages of the libraries it could not find.
 	for round in $(seq 1 20); do
-		closure "$perf"
+		closure "$perf" /usr/bin/perf
 		[ ${#missing[@]} -gt 0 ] || return 0
 		new=()
 		for p in $(providers | sort -u); do
@@ -353,7 +380,7 @@ bundle_key() {
 mkdir -p "$dest"
 dest=$(cd "$dest" && pwd)
 out=$dest
-bundle=$cache/initramfs/$arch/perf-bundle
+bundle=$cache/initramfs/$arch/debian-bundle
 key=$(bundle_key | sha256sum | cut -d' ' -f1)
 if [ ! -f "$bundle.key" ] || [ "$(cat "$bundle.key")" != "$key" ]; then
 	rm -rf "$bundle" "$bundle.key"
