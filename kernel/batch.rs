@@ -287,6 +287,10 @@ impl Batch {
     /// Commits by `protocol` (guarded, or quiet when nobody listens), holding `text_mutex` as
     /// `text` says: released across syncs (a guarded module batch), or held throughout (a quiet
     /// module batch, or a kernel batch, whose caller holds it).
+    ///
+    /// The phases: refuse a batch that cannot commit; pick the seeded defect (debug builds);
+    /// check the text, publish the batch and run the plan ([`Batch::run`]); release the sites;
+    /// account ([`Batch::account`]).
     fn commit_with<A: TextAccess>(
         &mut self,
         engine: &Engine,
@@ -305,16 +309,43 @@ impl Batch {
         let start = clock::now();
         // The pending table and the trap handler's search need address order.
         self.entries.sort_unstable_by_key(|e| e.addr);
-        // The kernel's own changes get only the defects that touch records, never the text:
-        // the checks of the kernel's keys and ftrace must see them, and a broken write or
-        // emulation of kernel text would break the boot rather than a check.
+        let defect = self.seed_defect();
+        let (published, mut parts, guards) = self.run(engine, text, defect, protocol);
+        let ran = published.map_err(|e| publish_refused(id, e))?;
+        self.committed = true;
+        self.stats.nsecs = clock::now().saturating_sub(start);
+        self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        let release_start = clock::now();
+        if !self.kernel {
+            self.release_sites(engine, ran.is_ok());
+        }
+        add_part(
+            &mut parts,
+            Part::Release,
+            clock::now().saturating_sub(release_start),
+        );
+        add_part(&mut parts, Part::Total, clock::now().saturating_sub(start));
+        self.account(engine, &parts, guards, protocol, ran.is_ok());
+        ran
+    }
+
+    /// The seeded defect this commit has (debug builds; [`Defect::None`] in a production build),
+    /// with each site's "other" instruction set for the defect that emulates it.
+    ///
+    /// The kernel's own changes get only the defects that touch records, never the text: the
+    /// checks of the kernel's keys and ftrace must see them, and a broken write or emulation of
+    /// kernel text would break the boot rather than a check.
+    fn seed_defect(&mut self) -> Defect {
         let defect = match debug::defect() {
             d @ (Defect::DropRecord | Defect::WrongOldBytes) => d,
             _ if self.kernel => Defect::None,
             d => d,
         };
         if defect != Defect::None {
-            pr_warn!("batch {id}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n");
+            pr_warn!(
+                "batch {}: DELIBERATELY BROKEN: {defect:?} (debug_protocol)\n",
+                self.id
+            );
             #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
             {
                 // Each site's "other" instruction: the next site's new one.
@@ -327,10 +358,23 @@ impl Batch {
                 }
             }
         }
+        defect
+    }
+
+    /// Checks the text, publishes the batch in the pending table and runs the plan while it is
+    /// published. Returns what the table said (`Err`: refused, nothing written), with the plan's
+    /// outcome inside, and the time per part and the guards written.
+    fn run<A: TextAccess>(
+        &mut self,
+        engine: &Engine,
+        text: A,
+        defect: Defect,
+        protocol: Protocol,
+    ) -> (core::result::Result<Result, PublishError>, Parts, u32) {
         self.state.reset();
         let mut run = Run {
             engine,
-            id,
+            id: self.id,
             entries: &self.entries,
             stats: &mut self.stats,
             sites: self.state.sites.as_mut_slice(),
@@ -373,54 +417,26 @@ impl Batch {
             ),
         };
         let table_ns = clock::now().saturating_sub(table_start);
-        // So far only the plan's steps.
+        // So far only the plan's steps; the rest of the table's span is the table's own.
         let mut parts = run.parts;
-        let guards = run.guards;
-        drop(run);
-        let ran = match published {
-            Ok(ran) => ran,
-            Err(PublishError::Full) => {
-                pr_err!(
-                    "batch {id}: refusing commit for now: {} batches are committing; retry\n",
-                    crate::pending::MAX_BATCHES
-                );
-                return Err(errno::too_many_batches());
-            }
-            Err(e) => {
-                pr_err!("batch {id}: pending table refused it: {e:?}\n");
-                return Err(match e {
-                    PublishError::Conflict => errno::busy(),
-                    PublishError::Duplicate => errno::duplicate(),
-                    _ => errno::inside_site(),
-                });
-            }
-        };
-        self.committed = true;
         let plan_ns = parts.iter().fold(0u64, |sum, ns| sum.saturating_add(*ns));
         add_part(&mut parts, Part::Table, table_ns.saturating_sub(plan_ns));
-        self.stats.nsecs = clock::now().saturating_sub(start);
-        self.stats.sites = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
-        let release_start = clock::now();
-        if !self.kernel {
-            self.release_sites(engine, ran.is_ok());
-        }
-        add_part(
-            &mut parts,
-            Part::Release,
-            clock::now().saturating_sub(release_start),
-        );
-        add_part(&mut parts, Part::Total, clock::now().saturating_sub(start));
+        (published, parts, run.guards)
+    }
+
+    /// Adds a committed batch to the totals of its kind (the modules' or the kernel's).
+    fn account(&self, engine: &Engine, parts: &Parts, guards: u32, protocol: Protocol, ok: bool) {
         let t = if self.kernel {
             &engine.stats.kernel
         } else {
             &engine.stats.totals
         };
-        t.add_parts(&parts);
+        t.add_parts(parts);
         t.guards.fetch_add(u64::from(guards), Ordering::Relaxed);
         if protocol == Protocol::Quiet {
             t.quiet.fetch_add(1, Ordering::Relaxed);
         }
-        if ran.is_ok() {
+        if ok {
             t.batches.fetch_add(1, Ordering::Relaxed);
             t.sites
                 .fetch_add(u64::from(self.stats.sites), Ordering::Relaxed);
@@ -431,7 +447,6 @@ impl Batch {
             .fetch_add(u64::from(self.stats.syncs), Ordering::Relaxed);
         t.records
             .fetch_add(u64::from(self.stats.records), Ordering::Relaxed);
-        ran
     }
 
     /// Gives the sites back to the registry, each with the instruction it holds now: the new
@@ -665,119 +680,32 @@ impl<'a, A: TextAccess> Run<'a, A> {
         let victim = entries.iter().position(|e| !e.change.parked);
         let mut heads_checked = false;
         while let Some(step) = plan.next() {
-            let skipped = match (defect, step) {
-                (
-                    Defect::SkipFinalWrite,
-                    Step::WriteGuard(i) | Step::WriteTail(i) | Step::WriteHead(i),
-                ) => Some(i) == victim,
-                (Defect::DropRecord, Step::Emit(i)) => Some(i) == victim,
-                _ => false,
-            };
-            if skipped {
-                continue;
-            }
-            let step = match (defect, step) {
-                (Defect::WrongOldBytes, Step::Emit(i)) if Some(i) == victim => {
-                    self.emit(i, Emit::WrongOld)?;
+            let step = match seeded(defect, victim, step) {
+                Seeded::Skip => continue,
+                Seeded::WrongOld(i) => {
+                    self.emit(i, Emit::WrongOld).or_else(|e| self.fail(e))?;
                     continue;
                 }
-                _ => step,
+                Seeded::Step(step) => step,
             };
             let part = part_of(step, self.stats.syncs);
-            let queued = match step {
-                Step::WriteGuard(i) => {
-                    self.guards = self.guards.saturating_add(1);
-                    self.queue(i, 0, <CurrentArch as Arch>::GUARD, part)
-                }
-                // Unguarded whole writes (quiet arm64) go together too; a seeded defect's are
-                // made one by one, each with its pause (below).
-                Step::WriteWhole(i) if defect == Defect::None && protocol == Protocol::Quiet => {
-                    self.entry(i)
-                        .and_then(|e| self.queue(i, 0, e.change.new.as_slice(), part))
-                }
-                Step::WriteTail(i) => self
-                    .entry(i)
-                    .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
-                Step::WriteHead(i) if !heads_checked => {
-                    heads_checked = true;
-                    self.flush()
-                        .and_then(|()| self.check_guards())
-                        .and_then(|()| self.queue_head(i, part))
-                }
-                Step::WriteHead(i) => self.queue_head(i, part),
-                // Every other step comes after the writes queued before it.
-                _ => self.flush().map(|()| false),
-            };
-            match queued {
-                Ok(true) => continue,
-                Ok(false) => {}
-                Err(e) => {
-                    self.release_text();
-                    self.recover();
-                    return Err(e);
-                }
+            // A write joins the writes queued before it; every other step comes after them.
+            if self
+                .queue_step(step, part, defect, protocol, &mut heads_checked)
+                .or_else(|e| self.fail(e))?
+            {
+                continue;
             }
             let step_start = clock::now();
-            let done = match step {
-                // The batch is published around the whole run (see `Batch::commit`).
-                Step::Publish => Ok(()),
-                Step::Retire => {
-                    // Guards that stood at these sites are now replaced for good: a stale one
-                    // executed later (an emulator's stale translation) may be resumed. Where no
-                    // guard stood (a quiet arm64 batch), no trap there is textpoke's.
-                    if self.guards > 0 {
-                        for e in entries.iter().filter(|e| !e.change.parked) {
-                            self.engine.replaced.record(e.addr);
-                        }
-                    }
-                    Ok(())
-                }
-                Step::Park => self.parked(&mut plan),
-                Step::Unpark => {
-                    pr_err!("batch {}: unpark without park\n", self.id);
-                    Err(EINVAL)
-                }
-                Step::Sync => {
-                    self.text.sync(CurrentArch::sync_all);
-                    self.stats.syncs = self.stats.syncs.saturating_add(1);
-                    Ok(())
-                }
-                Step::Emit(i) => self.emit(i, Emit::Change),
-                Step::EmitBefore(i) => self.emit(i, Emit::Before),
-                Step::EmitAfter(i) => self.emit(i, Emit::Change),
-                Step::WriteGuard(_) | Step::WriteTail(_) | Step::WriteHead(_) => {
-                    pr_err!("batch {}: a write step was not queued\n", self.id);
-                    Err(EINVAL)
-                }
-                Step::WriteWhole(i) => {
-                    let new = self.entry(i)?.change.new;
-                    let written = self.write(i, 0, new.as_slice());
-                    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
-                    if defect != Defect::None {
-                        // An unguarded write is caught when another CPU runs the new
-                        // instruction before its record: give the other CPUs the time to.
-                        // SAFETY: Process context, nothing atomic held.
-                        unsafe { kernel::bindings::msleep(1) };
-                    }
-                    written
-                }
-            };
+            let done = self.step(&mut plan, step, defect);
             add_part(
                 &mut self.parts,
                 part,
                 clock::now().saturating_sub(step_start),
             );
-            if let Err(e) = done {
-                self.release_text();
-                self.recover();
-                return Err(e);
-            }
+            done.or_else(|e| self.fail(e))?;
         }
-        if let Err(e) = self.flush() {
-            self.release_text();
-            self.recover();
-            return Err(e);
-        }
+        self.flush().or_else(|e| self.fail(e))?;
         // `text_mutex` stays held until the batch has left the pending table (the run's locks
         // drop after it, in `commit_with`): a kprobe armed at a site whose head is written but
         // whose batch is still published would trap into a table that claims the site, and
@@ -792,6 +720,100 @@ impl<'a, A: TextAccess> Run<'a, A> {
             return Err(errno::text_changed());
         }
         Ok(())
+    }
+
+    /// A step failed with `e`: lets go of `text_mutex` if this commit took it, takes every guard
+    /// out by the plan's rules ([`Run::recover`]), and returns `e`.
+    fn fail<T>(&mut self, e: Error) -> Result<T> {
+        self.release_text();
+        self.recover();
+        Err(e)
+    }
+
+    /// Queues `step` if it is a write that can wait for the next flush: `Ok(true)`, it is done
+    /// for now. Otherwise makes the writes queued before it and returns `Ok(false)`: the step
+    /// itself is [`Run::step`]'s. Before the first head, the guards are checked
+    /// ([`Run::check_guards`]).
+    fn queue_step(
+        &mut self,
+        step: Step,
+        part: Part,
+        defect: Defect,
+        protocol: Protocol,
+        heads_checked: &mut bool,
+    ) -> Result<bool> {
+        match step {
+            Step::WriteGuard(i) => {
+                self.guards = self.guards.saturating_add(1);
+                self.queue(i, 0, <CurrentArch as Arch>::GUARD, part)
+            }
+            // Unguarded whole writes (quiet arm64) go together too; a seeded defect's are
+            // made one by one, each with its pause (`Run::step`).
+            Step::WriteWhole(i) if defect == Defect::None && protocol == Protocol::Quiet => self
+                .entry(i)
+                .and_then(|e| self.queue(i, 0, e.change.new.as_slice(), part)),
+            Step::WriteTail(i) => self
+                .entry(i)
+                .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
+            Step::WriteHead(i) if !*heads_checked => {
+                *heads_checked = true;
+                self.flush()
+                    .and_then(|()| self.check_guards())
+                    .and_then(|()| self.queue_head(i, part))
+            }
+            Step::WriteHead(i) => self.queue_head(i, part),
+            _ => self.flush().map(|()| false),
+        }
+    }
+
+    /// Runs one step of the plan that is not a queued write.
+    fn step(&mut self, plan: &mut Plan<'_, Entry>, step: Step, defect: Defect) -> Result {
+        match step {
+            // The batch is published around the whole run (see `Batch::commit`).
+            Step::Publish => Ok(()),
+            Step::Retire => {
+                // Guards that stood at these sites are now replaced for good: a stale one
+                // executed later (an emulator's stale translation) may be resumed. Where no
+                // guard stood (a quiet arm64 batch), no trap there is textpoke's.
+                if self.guards > 0 {
+                    for e in self.entries.iter().filter(|e| !e.change.parked) {
+                        self.engine.replaced.record(e.addr);
+                    }
+                }
+                Ok(())
+            }
+            Step::Park => self.parked(plan),
+            Step::Unpark => {
+                pr_err!("batch {}: unpark without park\n", self.id);
+                Err(EINVAL)
+            }
+            Step::Sync => {
+                self.text.sync(CurrentArch::sync_all);
+                self.stats.syncs = self.stats.syncs.saturating_add(1);
+                Ok(())
+            }
+            Step::Emit(i) => self.emit(i, Emit::Change),
+            Step::EmitBefore(i) => self.emit(i, Emit::Before),
+            Step::EmitAfter(i) => self.emit(i, Emit::Change),
+            Step::WriteGuard(_) | Step::WriteTail(_) | Step::WriteHead(_) => {
+                pr_err!("batch {}: a write step was not queued\n", self.id);
+                Err(EINVAL)
+            }
+            Step::WriteWhole(i) => {
+                let new = self.entry(i)?.change.new;
+                let written = self.write(i, 0, new.as_slice());
+                #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+                if defect != Defect::None {
+                    // An unguarded write is caught when another CPU runs the new
+                    // instruction before its record: give the other CPUs the time to.
+                    // SAFETY: Process context, nothing atomic held.
+                    unsafe { kernel::bindings::msleep(1) };
+                }
+                #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+                let _ = defect;
+                written
+            }
+        }
     }
 
     /// Reads back every site, under `text_mutex` (taken here, kept for the writes that follow):
@@ -1142,6 +1164,47 @@ impl<'a, A: TextAccess> Run<'a, A> {
             }
         }
         self.sites = sites;
+    }
+}
+
+/// What a seeded step defect (debug builds) makes of one step of the plan.
+enum Seeded {
+    /// The step as planned.
+    Step(Step),
+    /// The step is skipped: the victim's write or record.
+    Skip,
+    /// The victim's record is emitted with wrong old bytes.
+    WrongOld(usize),
+}
+
+/// What `defect` makes of `step`; it hits only change `victim`, the first guarded one.
+fn seeded(defect: Defect, victim: Option<usize>, step: Step) -> Seeded {
+    match (defect, step) {
+        (Defect::SkipFinalWrite, Step::WriteGuard(i) | Step::WriteTail(i) | Step::WriteHead(i))
+        | (Defect::DropRecord, Step::Emit(i))
+            if Some(i) == victim =>
+        {
+            Seeded::Skip
+        }
+        (Defect::WrongOldBytes, Step::Emit(i)) if Some(i) == victim => Seeded::WrongOld(i),
+        _ => Seeded::Step(step),
+    }
+}
+
+/// The errno of a commit the pending table refused (nothing was written), with its log line.
+fn publish_refused(id: u64, e: PublishError) -> Error {
+    if e == PublishError::Full {
+        pr_err!(
+            "batch {id}: refusing commit for now: {} batches are committing; retry\n",
+            crate::pending::MAX_BATCHES
+        );
+        return errno::too_many_batches();
+    }
+    pr_err!("batch {id}: pending table refused it: {e:?}\n");
+    match e {
+        PublishError::Conflict => errno::busy(),
+        PublishError::Duplicate => errno::duplicate(),
+        _ => errno::inside_site(),
     }
 }
 

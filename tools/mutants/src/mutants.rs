@@ -185,8 +185,7 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 // The snippets of the kernel-only files, for the allowed mutants below.
 
-const BATCH_SYNC: &str =
-    "Step::Sync => {\n                    self.text.sync(CurrentArch::sync_all);";
+const BATCH_SYNC: &str = "Step::Sync => {\n                self.text.sync(CurrentArch::sync_all);";
 const BATCH_TEXT_CHECK: &str = "        let published = match run.check_text() {\n";
 const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
             if s.guarded {
@@ -775,7 +774,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "executor: a plan's Sync step counted but not made",
         edits: &[(
             BATCH_SYNC,
-            "Step::Sync => {\n                    self.text.sync(|| {});",
+            "Step::Sync => {\n                self.text.sync(|| {});",
         )],
         killers: &[],
         hang_kills: false,
