@@ -802,15 +802,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Step::WriteWhole(i) => {
                 let new = self.entry(i)?.change.new;
                 let written = self.write(i, 0, new.as_slice());
-                #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
-                if defect != Defect::None {
-                    // An unguarded write is caught when another CPU runs the new
-                    // instruction before its record: give the other CPUs the time to.
-                    // SAFETY: Process context, nothing atomic held.
-                    unsafe { kernel::bindings::msleep(1) };
-                }
-                #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
-                let _ = defect;
+                defect.pause_after_unguarded_write();
                 written
             }
         }

@@ -79,6 +79,21 @@ impl Defect {
             _ => Protocol::Guarded,
         }
     }
+
+    /// Called after each unguarded whole write. Under a seeded defect (debug builds) it sleeps
+    /// a millisecond: an unguarded write is caught when another CPU runs the new instruction
+    /// before its record, and the pause gives the other CPUs the time to. Nothing otherwise,
+    /// and nothing ever in a production build.
+    pub(crate) fn pause_after_unguarded_write(self) {
+        #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+        if self != Self::None {
+            // SAFETY: Called in process context (a commit's plan), with no spinlock held and
+            // not in an atomic section.
+            unsafe { kernel::bindings::msleep(1) };
+        }
+        #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+        let _ = self;
+    }
 }
 
 #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]

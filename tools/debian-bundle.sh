@@ -200,10 +200,10 @@ find_perf() {
 # What the livepatch selftests (tools/testing/selftests/livepatch/functions.sh and test-*.sh)
 # need beyond busybox: bash (arrays, [[ ]], process substitution), GNU date (--rfc-3339=ns, the
 # canary that finds a test's kernel messages), procps' sysctl (--values), getconf
-# (_NPROCESSORS_ONLN), GNU stat (--format; called as /bin/stat, which tools/initramfs.sh links
-# here), kmod's modinfo and insmod (kmod acts as the name it is run by; the expected kernel
-# messages of the cases whose load must fail quote kmod insmod's error line) and GNU diff
-# (--label, for the difference a failing case prints).
+# (_NPROCESSORS_ONLN), GNU stat (--format; called as /bin/stat, which is linked here), kmod's
+# modinfo and insmod (one program, copied once, which acts as the name it is run by; the
+# expected kernel messages of the cases whose load must fail quote kmod insmod's error line) and
+# GNU diff (--label, for the difference a failing case prints).
 KSELFTEST_PROGRAMS=(bash date sysctl getconf stat modinfo insmod diff)
 KSELFTEST_BIN=/usr/lib/kselftest/bin
 
@@ -219,11 +219,21 @@ bundle_host() {
 	# perf itself goes to /usr/bin/perf whatever Debian calls it.
 	closure "$perf" /usr/bin/perf
 	[ ${#missing[@]} -eq 0 ] || die "libraries not found on the host: ${missing[*]}"
-	local p path
+	local p path c
+	# The name each program file was first copied as: one program under several names (kmod's
+	# modinfo and insmod) is copied once, its other names symlinks to it.
+	local -A copied=()
 	for p in "${KSELFTEST_PROGRAMS[@]}"; do
 		path=$(command -v "$p") || die "$p is not installed: run tools/install-deps.sh"
-		closure "$(canon "$path")" "$KSELFTEST_BIN/$p"
+		c=$(canon "$path")
+		if [ -n "${copied[$c]:-}" ]; then
+			ln -s "${copied[$c]}" "$dest$KSELFTEST_BIN/$p"
+			log "$KSELFTEST_BIN/$p -> ${copied[$c]} ($c)"
+			continue
+		fi
+		closure "$c" "$KSELFTEST_BIN/$p"
 		[ ${#missing[@]} -eq 0 ] || die "libraries not found on the host: ${missing[*]}"
+		copied[$c]=$p
 	done
 	# functions.sh calls /bin/stat by its path. busybox's stat, which it replaces, takes the
 	# same -c formats, the only ones anything else in the guests uses.

@@ -238,18 +238,8 @@ fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
         }
         text
     });
-    let start = Instant::now();
-    loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
-            Some(_) => break,
-            None if start.elapsed() > FTRACETEST_LIMIT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("ftracetest ran longer than {FTRACETEST_LIMIT:?}"));
-            }
-            None => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+    // Its exit status is not read: the KTAP says what passed.
+    wait_limited(&mut child, FTRACETEST_LIMIT, "ftracetest")?;
     let text = reader
         .join()
         .map_err(|_| "ftracetest: the output reader panicked")?;
@@ -315,17 +305,29 @@ fn modules_dir() -> Result<std::path::PathBuf, String> {
 
 /// The first file named `name` under `dir`.
 fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            if let Some(found) = find_file(&p, name) {
-                return Some(found);
+    walk(dir)
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == name))
+}
+
+/// Waits for `child` to exit; kills it once it has run `limit`, and says so naming `what`.
+fn wait_limited(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> Result<std::process::ExitStatus, String> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait().map_err(|e| format!("{what}: {e}"))? {
+            Some(status) => return Ok(status),
+            None if start.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{what} ran longer than {limit:?}"));
             }
-        } else if p.file_name().is_some_and(|n| n == name) {
-            return Some(p);
+            None => std::thread::sleep(Duration::from_millis(200)),
         }
     }
-    None
 }
 
 /// KUnit's filter of the suites and cases a module runs (`suite.case` globs).
@@ -404,17 +406,7 @@ fn run_livepatch() -> Result<Option<Vec<(String, Outcome)>>, String> {
             .stderr(file(err)?)
             .spawn()
             .map_err(|e| format!("starting {script}: {e}"))?;
-        let status = loop {
-            match child.try_wait().map_err(|e| e.to_string())? {
-                Some(status) => break status,
-                None if start.elapsed() > LIVEPATCH_LIMIT => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{script} ran longer than {LIVEPATCH_LIMIT:?}"));
-                }
-                None => std::thread::sleep(Duration::from_millis(200)),
-            }
-        };
+        let status = wait_limited(&mut child, LIVEPATCH_LIMIT, script)?;
         let text = |p: &str| sys::read_text(p).map_err(|e| format!("{p}: {e}"));
         let (stdout, stderr) = (text(out)?, text(err)?);
         // kselftest's exit codes: 0 passed, 4 skipped.
@@ -499,18 +491,22 @@ fn livepatch_plan() -> Vec<String> {
 }
 
 /// Runs the livepatch selftests into `out`, keyed `livepatch/…`, or `livepatch` if they could
-/// not run.
-fn run_livepatch_into(out: &mut BTreeMap<String, Result<Outcome, String>>) {
+/// not run. False when this kernel has no livepatch, so none ran.
+fn run_livepatch_into(out: &mut BTreeMap<String, Result<Outcome, String>>) -> bool {
     match run_livepatch() {
         Ok(Some(r)) => out.extend(
             r.into_iter()
                 .map(|(n, o)| (format!("livepatch/{n}"), Ok(o))),
         ),
-        Ok(None) => log("kernel suites: no livepatch in this kernel, so none of its selftests"),
+        Ok(None) => {
+            log("kernel suites: no livepatch in this kernel, so none of its selftests");
+            return false;
+        }
         Err(e) => {
             out.insert("livepatch".to_owned(), Err(e));
         }
     }
+    true
 }
 
 /// What textpoke's `kernel.*` counters say it did, from how they moved
@@ -732,23 +728,29 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
         .map(|c| c.iter().cloned().partition(|c| takes_cpus_offline(c)))
         .unwrap_or_default();
     let mut results = BTreeMap::new();
-    // What textpoke did during each suite, then during all three.
+    // What textpoke did during each suite that ran (`run` says whether it did), then during
+    // all of them.
     let mut per_suite = Vec::new();
-    let mut counted = |suite: &str, run: &mut dyn FnMut()| {
+    let mut counted = |suite: &str, run: &mut dyn FnMut() -> bool| {
         let before = crate::kernel_patching::counters();
-        run();
-        let moved =
-            crate::kernel_patching::counters_moved(&before, &crate::kernel_patching::counters());
-        per_suite.push(format!("{suite}: {}", what_textpoke_did(&moved)));
+        if run() {
+            let now = crate::kernel_patching::counters();
+            let moved = crate::kernel_patching::counters_moved(&before, &now);
+            per_suite.push(format!("{suite}: {}", what_textpoke_did(&moved)));
+        }
     };
     counted("ftracetest", &mut || {
         run_ftrace_into(
             cases.clone().map(|_| early.clone()),
             "ftracetest",
             &mut results,
-        )
+        );
+        true
     });
-    counted("kprobes' KUnit suite", &mut || run_kunit_into(&mut results));
+    counted("kprobes' KUnit suite", &mut || {
+        run_kunit_into(&mut results);
+        true
+    });
     counted("livepatch selftests", &mut || {
         run_livepatch_into(&mut results)
     });
