@@ -207,10 +207,12 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     // CPU that stays runs the pokers, and once the other has gone offline every executor too
     // (the scheduler moves a bound thread off a dying CPU for good): an executor there never
     // runs while a poker's guard stands.
-    let min_trapped = u64::from(cpus.len() > 2);
-    if min_trapped == 0 {
+    let traps = if cpus.len() > 2 {
+        scenario::TrapsWanted::EachKind(1)
+    } else {
         log("hotplug: two CPUs: no trapped execution is asked of the scenario's kinds");
-    }
+        scenario::TrapsWanted::Nothing
+    };
     // The scenario again and again until enough operations overlapped a batch (or its time is
     // up): every run is judged in full, and each check is one case for all of them, so that the
     // boot's plan does not depend on how many runs that took.
@@ -220,7 +222,7 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         runs.push(scenario::case(
             &format!("run_{k}"),
             &spec,
-            min_trapped,
+            traps,
             sites,
             kcore,
         ));

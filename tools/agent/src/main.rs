@@ -206,7 +206,7 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
 }
 
 /// The scenarios of the test suite, and the trapped executions each wants of every guarded
-/// kind. Sizes are chosen for single-threaded TCG, where every all-CPU sync waits for each
+/// kind (or of all together: [`scenario::TrapsWanted::for_spec`]). Sizes are chosen for single-threaded TCG, where every all-CPU sync waits for each
 /// vCPU's turn: enough batches for hundreds of trapped executions of every kind in the first,
 /// few enough to finish in seconds.
 ///
@@ -264,8 +264,10 @@ fn test_suite(ktap: &mut Ktap) {
                     None
                 }
             };
+            let cpus = sys::online_cpus().map_or(0, |c| c.len());
             for (name, spec, min_trapped) in SCENARIOS {
-                cases.push(scenario::case(name, spec, *min_trapped, &sites, &kcore));
+                let traps = scenario::TrapsWanted::for_spec(*min_trapped, spec, cpus);
+                cases.push(scenario::case(name, spec, traps, &sites, &kcore));
             }
             cases.push(observed::case(&sites, &kcore));
             cases.extend(real_perf_cases(SCENARIOS[0].1, &sites, &kcore));
@@ -384,7 +386,9 @@ fn demo(ktap: &mut Ktap) {
             match scenario::run(spec, &sites, &kcore) {
                 Ok(ev) => {
                     narrate(spec, &ev, &sites);
-                    let case = scenario::judge("demo_scenario", spec, 1, &ev, &sites);
+                    let cpus = sys::online_cpus().map_or(0, |c| c.len());
+                    let traps = scenario::TrapsWanted::for_spec(1, spec, cpus);
+                    let case = scenario::judge("demo_scenario", spec, traps, &ev, &sites);
                     log(&format!(
                         "demo checks: {}",
                         if case.passed() {

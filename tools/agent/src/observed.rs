@@ -170,7 +170,8 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     crate::log(&format!("observer: {line}"));
     let cpus = textpoke_agent::sys::online_cpus().map_or(0, |c| c.len());
     let steps = steps_wanted(crate::is_x86(), cpus);
-    let scenario = scenario::judge("scenario", SPEC, 1, &ev, sites);
+    let traps = scenario::TrapsWanted::for_spec(1, SPEC, cpus);
+    let scenario = scenario::judge("scenario", SPEC, traps, &ev, sites);
     let children = vec![
         scenario,
         Case::check(
