@@ -211,3 +211,21 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
         .with_log(format!("spec {SPEC}"))
         .with_log(line)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_site_is_swept_but_on_arm64_at_four_cpus() {
+        // The breakpoints start on the first site: a step per further site watches them all.
+        let all = WATCHED as u64 - 1;
+        for cpus in [2, 4, 8] {
+            assert_eq!(steps_wanted(true, cpus), all, "x86 at {cpus} CPUs");
+        }
+        assert_eq!(steps_wanted(false, 2), all);
+        assert_eq!(steps_wanted(false, 3), all);
+        assert_eq!(steps_wanted(false, 4), 1);
+        assert!(all > 1, "a sweep watches more than one site");
+    }
+}

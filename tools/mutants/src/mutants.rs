@@ -73,6 +73,7 @@ const LOOKUP_DEC: &str = "            count.fetch_sub(1, Ordering::Release);\n";
 const LOOKUP_FIRST_LOAD: &str = "if slot.state.load(Ordering::Acquire) != LIVE ||";
 const LOOKUP_RECHECK: &str = "let found = if slot.state.load(Ordering::Acquire) == LIVE {";
 const CLAIM: &str = "        let (index, slot) = self.claim(reserved)?;\n";
+const CLAIM_FILTER: &str = "            .filter(|(i, _)| (*i >= shared) == reserved)\n";
 const STORE_CHECKING: &str = "        slot.state.store(CHECKING, Ordering::Release);\n";
 const PUBLISH_FENCE: &str = "        slot.state.store(CHECKING, Ordering::Release);
         // Pairs with the fence of any other publisher in `conflicts`: of two racing publishers,
@@ -202,6 +203,7 @@ const PATCHER_MUST_PARK: &str = "    if CurrentArch::must_park(&old, &new) {
         return Err(Declined::MustPark);
     }
 ";
+const PATCHER_UNCHANGED: &str = "    if *old == *new {\n        return Err(Declined::Unchanged);";
 const SITES_OVERLAP: &str = "if overlaps_prev || overlaps_next {";
 const SITES_INSIDE: &str = "            Some((_, s)) if addr < s.end() => Found::Inside,\n";
 const SITES_OTHER_PATCHERS: &str =
@@ -296,6 +298,24 @@ pub const MUTANTS: &[Mutant] = &[
             "let found = if slot.state.load(Ordering::Relaxed) == LIVE {",
         )],
         killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "claim-reserved-open-to-all",
+        file: PENDING,
+        what: "claim: a module's batch may take the kernel's reserved slot",
+        edits: &[(CLAIM_FILTER, "            .filter(|_| true)\n")],
+        killers: &["stress:reserved_slot_is_the_kernels_alone"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "claim-reserved-lost",
+        file: PENDING,
+        what: "claim: the kernel's batch never gets the reserved slot",
+        edits: &[(CLAIM_FILTER, "            .filter(|(i, _)| *i < shared)\n")],
+        killers: &["stress:reserved_slot_is_the_kernels_alone"],
         hang_kills: false,
         allowed: None,
     },
@@ -878,6 +898,22 @@ pub const MUTANTS: &[Mutant] = &[
             "caught in make test by module_keys_read_right (the keys module sees its branches \
              disagree with its keys), kernel_static_keys_selftest (test_static_keys fails) and \
              every kernel_patching transition (the text did not change)",
+        ),
+    },
+    Mutant {
+        name: "patcher-declines-every-change",
+        file: PATCHER,
+        what: "patcher: every change that changes the text handed back as unchanged",
+        edits: &[(
+            PATCHER_UNCHANGED,
+            "    if *old != *new {\n        return Err(Declined::Unchanged);",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by every kernel_patching transition (sched_schedstats_on \
+             first): the text changed, by the kernel's own path, and textpoke's kernel.sites \
+             did not move (\"textpoke made none of the changes\")",
         ),
     },
     Mutant {
