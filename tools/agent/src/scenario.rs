@@ -738,6 +738,83 @@ mod tests {
         }
     }
 
+    /// Evidence whose exerciser `result` file says how many executions of each kind ran and
+    /// how many of those trapped (the CPU's word); nothing else happened.
+    fn trap_evidence(counts: &[(&str, u64, u64)]) -> Evidence {
+        let mut result = BTreeMap::new();
+        for (kind, ran, trapped) in counts {
+            result.insert(format!("executions.{kind}"), ran.to_string());
+            result.insert(format!("trapped.{kind}"), trapped.to_string());
+        }
+        Evidence {
+            run: Ok(()),
+            drain: Drain::default(),
+            engine: Ok(Vec::new()),
+            before: Vec::new(),
+            after: Vec::new(),
+            result,
+            batches: Vec::new(),
+            execs: Vec::new(),
+            stats: (BTreeMap::new(), BTreeMap::new()),
+            traps: checks::TrapEvidence::Cpu,
+        }
+    }
+
+    /// Whether `judge` of `counts` under `traps` passes its case `name`; `None` if it has none.
+    fn trap_case(counts: &[(&str, u64, u64)], traps: TrapsWanted, name: &str) -> Option<bool> {
+        let spec = "keys=3 sites=4 ftrace=8 flips=5 pokers=3";
+        let sites = [site(0, "jmp32", 0x100)];
+        let case = judge("s", spec, traps, &trap_evidence(counts), &sites);
+        let textpoke_agent::ktap::CaseResult::Group(children) = case.result else {
+            panic!("judge returns a group");
+        };
+        children.iter().find(|c| c.name == name).map(Case::passed)
+    }
+
+    #[test]
+    fn the_trap_path_cases_fail_when_their_kinds_did_not_trap() {
+        // x86's kinds of that spec: jmp32, jmp8, ret (the keys) and call (ftrace).
+        let all = [
+            ("jmp32", 1000, 10),
+            ("jmp8", 1000, 10),
+            ("ret", 1000, 10),
+            ("call", 1000, 10),
+        ];
+        let mut no_call = all;
+        no_call[3].2 = 0;
+        let mut none = all;
+        for k in &mut none {
+            k.2 = 0;
+        }
+        let mut call_never_ran = all;
+        call_never_ran[3] = ("call", 0, 0);
+        let each = TrapsWanted::EachKind(1);
+        assert_eq!(trap_case(&all, each, "trap_path_taken_call"), Some(true));
+        assert_eq!(
+            trap_case(&no_call, each, "trap_path_taken_call"),
+            Some(false)
+        );
+        assert_eq!(trap_case(&no_call, each, "trap_path_taken_ret"), Some(true));
+        assert_eq!(trap_case(&all, each, "trap_path_taken"), None);
+        let together = TrapsWanted::AllKinds(1);
+        assert_eq!(trap_case(&no_call, together, "trap_path_taken"), Some(true));
+        assert_eq!(trap_case(&none, together, "trap_path_taken"), Some(false));
+        assert_eq!(
+            trap_case(&call_never_ran, together, "trap_path_taken"),
+            Some(false)
+        );
+        assert_eq!(trap_case(&all, together, "trap_path_taken_call"), None);
+        let nothing = TrapsWanted::Nothing;
+        assert_eq!(
+            trap_case(&none, nothing, "executions_of_every_kind_ran"),
+            Some(true)
+        );
+        assert_eq!(
+            trap_case(&call_never_ran, nothing, "executions_of_every_kind_ran"),
+            Some(false)
+        );
+    }
+
     #[test]
     fn traps_are_wanted_of_every_kind_unless_pokers_crowd_the_cpus() {
         let spec = "keys=9 sites=4 ftrace=8 flips=5 pokers=3";
