@@ -39,10 +39,97 @@ pub fn verdict_lines(lines: &[String]) -> Vec<(&str, &str, &str)> {
         .collect()
 }
 
+/// Every verdict the outsider prints (samples/textpoke_outsider.c), by name, on the guest
+/// kernels: the outsider counts the verdicts it prints, so a return before a `verdict()` would
+/// shrink its count and the lines alike. A verdict missing from the boot, or one no list names,
+/// fails `outsider_verdicts_expected`.
+const VERDICTS: &[&str] = &[
+    "add_foreign_site",
+    "add_guard",
+    "add_len_0",
+    "add_null_batch",
+    "add_null_insn",
+    "add_null_owner",
+    "add_unlisted",
+    "begin_null",
+    "change_under_kprobe",
+    "commit_empty",
+    "commit_null_batch",
+    "encode_len_0",
+    "encode_len_8",
+    "encode_null_out",
+    "encode_unknown_op",
+    "ftrace_entry_found",
+    "kernel_traps_counted_as_seen",
+    "kernel_traps_seen",
+    "keyed_function_off",
+    "kprobe_enabled",
+    "kprobe_on_future_site",
+    "kprobe_on_registered_site",
+    "kprobe_race_commit_errors",
+    "kprobe_race_contended",
+    "kprobe_race_hits_missed",
+    "kprobe_race_site_changes_after",
+    "kprobe_race_site_whole",
+    "kprobe_still_fires",
+    "register_after_kprobe_gone",
+    "register_armed_kprobed_site",
+    "register_ftrace_entry_0",
+    "register_ftrace_site",
+    "register_jump_label_site",
+    "register_kept_site_0",
+    "register_kept_site_1",
+    "register_kernel_text",
+    "register_kprobed_site",
+    "register_len_0",
+    "register_len_6",
+    "register_null_owner",
+    "register_own_site",
+    "stats_null_batch",
+    "stats_null_out",
+    "traced_function_runs",
+    "unregister_foreign_site",
+    "unregister_own_site",
+    "unregister_unknown",
+];
+
+/// arm64's further verdicts: its traced function's entry holds more instructions textpoke must
+/// refuse (the ftrace ops literal and `MOV X9, X30` before the call).
+const ARM64_VERDICTS: &[&str] = &[
+    "register_ftrace_entry_1",
+    "register_ftrace_entry_2",
+    "register_ftrace_entry_3",
+];
+
+/// The verdicts of this arch the outsider must print.
+fn expected_verdicts() -> Vec<&'static str> {
+    let mut all = VERDICTS.to_vec();
+    if !is_x86() {
+        all.extend_from_slice(ARM64_VERDICTS);
+    }
+    all
+}
+
+/// Whether the verdicts `seen` over the whole outsider run are exactly `expected`.
+fn verdicts_expected(seen: &[String], expected: &[&str]) -> Case {
+    let seen: std::collections::BTreeSet<&str> = seen.iter().map(String::as_str).collect();
+    let expected: std::collections::BTreeSet<&str> = expected.iter().copied().collect();
+    let missing: Vec<_> = expected.difference(&seen).collect();
+    let unlisted: Vec<_> = seen.difference(&expected).collect();
+    Case::check(
+        "outsider_verdicts_expected",
+        missing.is_empty() && unlisted.is_empty(),
+        format!("verdicts never printed: {missing:?}; printed but in no list: {unlisted:?}"),
+    )
+    .with_log(format!("{} distinct verdicts printed", seen.len()))
+}
+
 /// One case per verdict line, after one that checks that the outsider's count of them (its
-/// `N verdicts` line) matches: a verdict that was never printed fails as `NAME_reported`.
-fn verdicts(name: &str, lines: &[String]) -> Vec<Case> {
+/// `N verdicts` line) matches: a verdict that was never printed fails as `NAME_reported`. The
+/// verdicts' names go to `seen`.
+fn verdicts(name: &str, lines: &[String], seen: &mut Vec<String>) -> Vec<Case> {
     let found = verdict_lines(lines);
+    seen.extend(found.iter().map(|(n, _, _)| (*n).to_owned()));
     let said = lines.iter().rev().find_map(|l| {
         l.split_once("textpoke_outsider: ")?
             .1
@@ -65,13 +152,13 @@ fn verdicts(name: &str, lines: &[String]) -> Vec<Case> {
     out
 }
 
-/// Runs the outsider's command `cmd` and returns its verdicts, with `name`'s count check, and
-/// the summary line that starts with `summary` as the first case's log.
-fn command_verdicts(name: &str, cmd: &str, summary: &str) -> Vec<Case> {
+/// Runs the outsider's command `cmd` and returns its verdicts (their names to `seen`), with
+/// `name`'s count check, and the summary line that starts with `summary` as the first case's log.
+fn command_verdicts(name: &str, cmd: &str, summary: &str, seen: &mut Vec<String>) -> Vec<Case> {
     let cursor = sys::dmesg_cursor().unwrap_or_default();
     let ran = command(cmd);
     let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
-    let mut out = verdicts(name, &lines);
+    let mut out = verdicts(name, &lines, seen);
     if let Err(e) = ran {
         out.insert(0, Case::fail(name, e));
     }
@@ -249,18 +336,22 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         return Case::group("outsider", vec![Case::fail("load_outsider", e)]);
     }
     let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
-    children.extend(verdicts("outsider", &lines));
+    let mut seen = Vec::new();
+    children.extend(verdicts("outsider", &lines, &mut seen));
     children.extend(foreign_traps());
     children.extend(command_verdicts(
         "outsider_kprobe_race",
         &format!("kprobe_race {KPROBE_RACE}"),
         "kprobe race: ",
+        &mut seen,
     ));
     children.extend(command_verdicts(
         "outsider_kernel_traps",
         &format!("kernel_traps {KERNEL_TRAP_FLIPS}"),
         "kernel traps: ",
+        &mut seen,
     ));
+    children.push(verdicts_expected(&seen, &expected_verdicts()));
     children.push(trap_path_unprobeable());
     let kept = kept(&lines);
     // Unloading without unregistering: textpoke forgets the sites, with a log line.
@@ -295,4 +386,40 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         )),
     }
     Case::group("outsider", children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn every_listed_verdict_must_be_printed_and_no_other() {
+        assert!(verdicts_expected(&names(VERDICTS), VERDICTS).passed());
+        // Printed more than once (a verdict of a repeated command) is still printed.
+        let mut twice = names(VERDICTS);
+        twice.push(VERDICTS[0].to_owned());
+        assert!(verdicts_expected(&twice, VERDICTS).passed());
+        // One that vanished (a return before its `verdict()`)...
+        assert!(!verdicts_expected(&names(&VERDICTS[1..]), VERDICTS).passed());
+        // ...and one no list names.
+        let mut more = names(VERDICTS);
+        more.push("register_something_new".to_owned());
+        assert!(!verdicts_expected(&more, VERDICTS).passed());
+        // arm64's are not x86's.
+        let mut arm64 = names(VERDICTS);
+        arm64.extend(names(ARM64_VERDICTS));
+        assert!(!verdicts_expected(&arm64, VERDICTS).passed());
+    }
+
+    #[test]
+    fn the_lists_name_each_verdict_once() {
+        let mut all = VERDICTS.to_vec();
+        all.extend_from_slice(ARM64_VERDICTS);
+        let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len());
+    }
 }
