@@ -1,0 +1,216 @@
+//! Synthetic ETMv4 traces decoded by the host's real perf (/usr/bin/perf with OpenCSD),
+//! compared with the interpreter's truth. These tests need that perf: without it, or without
+//! OpenCSD, they fail and name tools/install-deps.sh.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use textpoke_etm::a64::Kind;
+use textpoke_etm::decode::{self, Built, Comparison, Decoded, Difference, PokeRecord, Scenario};
+
+/// A directory under the system temporary directory, unique to this process and test,
+/// removed when dropped (also when the test fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("textpoke-etm-{}-{test}", std::process::id()));
+        if dir.exists() {
+            fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+        }
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    fn sub(&self, name: &str) -> PathBuf {
+        let dir = self.0.join(name);
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        dir
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.0) {
+            eprintln!("removing {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// Build and decode `s` in `dir`; fails the test when perf cannot be used.
+fn decode_in(dir: &Path, s: &Scenario) -> (Built, Decoded, Comparison) {
+    if let Err(e) = decode::require_perf() {
+        panic!("{e}");
+    }
+    decode::run(s, dir).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+}
+
+/// Each named scenario decodes exactly to the truth, with no decoder error.
+fn assert_decodes_to_truth(test: &str, scenarios: &[(&str, Scenario)]) {
+    let tmp = TempDir::new(test);
+    for (name, s) in scenarios {
+        let (built, decoded, cmp) = decode_in(&tmp.sub(name), s);
+        if let Err(e) = cmp.check() {
+            panic!(
+                "{name}: {e}\npackets: {:?}\nperf: {decoded:?}",
+                built.packets
+            );
+        }
+        assert!(
+            !decoded.insns.is_empty(),
+            "{name}: an empty decode cannot match the truth"
+        );
+    }
+}
+
+/// One raw ETMv4 stream (AUX flag FORMAT_RAW): every instruction and branch of the user
+/// program (a call in a loop, conditional branches taken and not, a return).
+#[test]
+fn raw_stream_decodes_to_the_truth() {
+    assert_decodes_to_truth("raw", &[("raw", Scenario::default())]);
+}
+
+/// The same trace in 16-byte CoreSight formatter frames (AUX flags 0), including a frame
+/// whose last byte needed a delayed ID change.
+#[test]
+fn formatted_stream_decodes_to_the_truth() {
+    let formatted = Scenario {
+        formatted: true,
+        ..Scenario::default()
+    };
+    assert_decodes_to_truth("formatted", &[("formatted", formatted)]);
+}
+
+/// Timestamp packets with ETM_OPT_TS: perf's timestamped (not timeless) decode, raw and
+/// formatted; the formatted one relies on the trailing null frame.
+#[test]
+fn timestamped_streams_decode_to_the_truth() {
+    let ts = Scenario {
+        timestamps: true,
+        ..Scenario::default()
+    };
+    let formatted = Scenario {
+        formatted: true,
+        ..ts
+    };
+    assert_decodes_to_truth("timestamps", &[("raw", ts), ("formatted", formatted)]);
+}
+
+/// An SVC: Exception (Call) packet, the untraced EL1 handler, Trace On at the return
+/// address. perf shows it as a trace end and a trace start.
+#[test]
+fn svc_exception_decodes_to_the_truth() {
+    let svc = Scenario {
+        svc: true,
+        ..Scenario::default()
+    };
+    let formatted_ts = Scenario {
+        formatted: true,
+        timestamps: true,
+        ..svc
+    };
+    assert_decodes_to_truth("svc", &[("raw", svc), ("formatted-ts", formatted_ts)]);
+}
+
+/// Kernel text at EL1 with the context ID traced, read by perf from `--vmlinux`.
+#[test]
+fn kernel_trace_with_vmlinux_decodes_to_the_truth() {
+    let kernel = Scenario {
+        kernel: true,
+        ..Scenario::default()
+    };
+    let formatted = Scenario {
+        formatted: true,
+        ..kernel
+    };
+    assert_decodes_to_truth("kernel", &[("raw", kernel), ("formatted", formatted)]);
+}
+
+/// One atom flipped (the first `b.ne`, taken, encoded N): OpenCSD decodes it without error,
+/// and only the comparison catches it, at the corrupted branch: the instruction after it is
+/// the fall-through instead of the loop head, and the first differing branch sample is the
+/// one that branch should have produced.
+#[test]
+fn flipped_atom_fails_the_comparison_at_that_branch() {
+    let tmp = TempDir::new("flipped-atom");
+    for formatted in [false, true] {
+        let s = Scenario {
+            formatted,
+            flip_atom: Some(2),
+            ..Scenario::default()
+        };
+        let (built, decoded, cmp) = decode_in(&tmp.sub(&format!("formatted-{formatted}")), &s);
+        let t = &built.truth;
+        let (i, branch) = (t.steps.iter().enumerate())
+            .filter(|(_, s)| s.kind != Kind::Plain)
+            .nth(2)
+            .expect("the user program has three branches");
+        assert!(branch.taken, "the flipped atom is a taken branch");
+        assert!(
+            cmp.check().is_err(),
+            "a flipped atom must fail the comparison: {decoded:?}"
+        );
+        let want = Difference {
+            index: i + 1,
+            got: Some(branch.pc + 4),
+            expected: Some(branch.next),
+        };
+        assert_eq!(cmp.insns, Some(want), "formatted {formatted}");
+        let bi = (t.branches.iter())
+            .position(|&b| b == (branch.pc, branch.next))
+            .expect("the flipped branch has a sample");
+        let d = cmp.branches.expect("the branch lists differ");
+        assert_eq!((d.index, d.expected), (bi, Some((branch.pc, branch.next))));
+        assert!(
+            cmp.dump_errors.is_empty(),
+            "OpenCSD accepts the stream: {:?}",
+            cmp.dump_errors
+        );
+    }
+}
+
+/// Characterizes Debian perf 6.12.95's cs-etm, and is expected to change once cs-etm applies
+/// TEXT_POKE records in time order: a kernel site is decoded with the bytes perf holds when
+/// it decodes, not the bytes in effect when the instruction ran.
+///
+/// The kernel program (word i at KTEXT + 4i) runs `0 mov; 1 nop; 2 nop; 3 subs; 4 b.ne 1;
+/// 1 ...; 5 b 6`, and after the first iteration word 1 becomes `b 3`. The truth is
+/// 0,1,2,3,4,1,3,4,5; the atoms are E (b.ne), E (b 3), N (b.ne), E (b 6).
+/// - TEXT_POKE before EXIT (where perf decodes): perf applies `b 3` to the whole trace:
+///   0,1 (b 3, E) 3,4 (b.ne, E) 1 (b 3, N: falls through) 2,3,4 (b.ne, E), atoms used up.
+/// - TEXT_POKE after EXIT: the NOP everywhere: 0,1,2,3,4 (E) 1,2,3,4 (E) 1,2,3,4 (N) 5 (E).
+#[test]
+fn text_poke_is_applied_at_decode_time() {
+    let tmp = TempDir::new("text-poke");
+    let cases = [
+        (PokeRecord::BeforeDecode, vec![0, 1, 3, 4, 1, 2, 3, 4]),
+        (
+            PokeRecord::AfterDecode,
+            vec![0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5],
+        ),
+    ];
+    for (poke, perf_words) in cases {
+        let s = Scenario {
+            kernel: true,
+            poke: Some(poke),
+            ..Scenario::default()
+        };
+        let (built, decoded, cmp) = decode_in(&tmp.sub(&format!("{poke:?}")), &s);
+        let at = |words: &[u64]| {
+            words
+                .iter()
+                .map(|w| decode::KTEXT + 4 * w)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            built.truth.insns,
+            at(&[0, 1, 2, 3, 4, 1, 3, 4, 5]),
+            "the truth"
+        );
+        assert_eq!(decoded.insns, at(&perf_words), "{poke:?}: perf's decode");
+        assert!(cmp.check().is_err(), "{poke:?}");
+        assert!(
+            cmp.dump_errors.is_empty(),
+            "{poke:?}: the wrong decode is silent"
+        );
+    }
+}
