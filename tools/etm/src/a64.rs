@@ -23,9 +23,12 @@
 //!
 //! where imm19 and imm26 are `(target - pc) / 4` as two's-complement fields.
 
-/// `NOP`.
+use textpoke_core::arm64::Insn;
+
+/// `NOP` (the same word as the kernel module's codec's `Insn::Nop`: a unit test holds them to it).
 pub const NOP: u32 = 0xD503_201F;
-/// `RET` (return to X30): an indirect branch, so the ETM traces its target address.
+/// `RET` (return to X30): an indirect branch, so the ETM traces its target address (also the
+/// kernel module codec's `Insn::Ret`).
 pub const RET: u32 = 0xD65F_03C0;
 /// `SVC #0`: a synchronous exception to EL1 (a system call).
 pub const SVC0: u32 = 0xD400_0001;
@@ -71,14 +74,18 @@ pub fn cbz_x(pc: u64, target: u64, rt: u32) -> u32 {
     0xB400_0000 | offset(pc, target, 19) << 5 | (rt & 31)
 }
 
-/// `B label` at `pc`.
+/// `B label` at `pc`, by the codec the kernel module patches with (arch/arm64/insn.rs).
 pub fn b(pc: u64, target: u64) -> u32 {
-    0x1400_0000 | offset(pc, target, 26)
+    Insn::B { target }
+        .encode_word(pc)
+        .unwrap_or_else(|e| panic!("B {pc:#x} -> {target:#x}: {e:?}"))
 }
 
-/// `BL label` at `pc`.
+/// `BL label` at `pc`, by the codec the kernel module patches with (arch/arm64/insn.rs).
 pub fn bl(pc: u64, target: u64) -> u32 {
-    0x9400_0000 | offset(pc, target, 26)
+    Insn::Bl { target }
+        .encode_word(pc)
+        .unwrap_or_else(|e| panic!("BL {pc:#x} -> {target:#x}: {e:?}"))
 }
 
 /// `pc` plus the sign-extended `bits`-wide word offset `field`.
@@ -266,6 +273,9 @@ mod tests {
         assert_eq!(classify(cbz_x(0, 8, 1)), Kind::Direct);
         assert_eq!(classify(SVC0), Kind::Svc);
         assert_eq!(classify(NOP), Kind::Plain);
+        // The words the kernel module's codec writes.
+        assert_eq!(Insn::Nop.encode_word(0x1000), Ok(NOP));
+        assert_eq!(Insn::Ret.encode_word(0x1000), Ok(RET));
     }
 
     /// A two-iteration loop calling a function: every step's pc, outcome and successor.

@@ -6,6 +6,12 @@
 //! `tools/lib/perf/include/perf/event.h` (perf's own records) and `tools/perf/util/cs-etm.h`
 //! (the CoreSight metadata in AUXTRACE_INFO). Line numbers below are of those files.
 
+// The record and sample constants the kernel module's record writer uses (kernel/record.rs):
+// one copy of each in the project.
+pub use textpoke_core::record::{
+    PERF_RECORD_MISC_KERNEL, PERF_RECORD_TEXT_POKE, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
 // Record types: perf_event.h:879-1218 (kernel), event.h:467-478 (perf's own).
 /// `PERF_RECORD_MMAP`, perf_event.h:879.
 pub const PERF_RECORD_MMAP: u32 = 1;
@@ -19,8 +25,6 @@ pub const PERF_RECORD_MMAP2: u32 = 10;
 pub const PERF_RECORD_AUX: u32 = 11;
 /// `PERF_RECORD_ITRACE_START`, perf_event.h:1091.
 pub const PERF_RECORD_ITRACE_START: u32 = 12;
-/// `PERF_RECORD_TEXT_POKE`, perf_event.h:1203.
-pub const PERF_RECORD_TEXT_POKE: u32 = 20;
 /// `PERF_RECORD_FINISHED_ROUND`, event.h:467.
 pub const PERF_RECORD_FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_AUXTRACE_INFO`, event.h:469.
@@ -30,8 +34,6 @@ pub const PERF_RECORD_AUXTRACE: u32 = 71;
 /// `PERF_RECORD_TIME_CONV`, event.h:478.
 pub const PERF_RECORD_TIME_CONV: u32 = 79;
 
-/// `PERF_RECORD_MISC_KERNEL`, perf_event.h:764.
-pub const PERF_RECORD_MISC_KERNEL: u16 = 1;
 /// `PERF_RECORD_MISC_USER`, perf_event.h:765.
 pub const PERF_RECORD_MISC_USER: u16 = 2;
 /// `PERF_RECORD_MISC_COMM_EXEC`, perf_event.h:784.
@@ -39,16 +41,8 @@ pub const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
 
 /// `PERF_SAMPLE_IP`, perf_event.h:140.
 pub const PERF_SAMPLE_IP: u64 = 1 << 0;
-/// `PERF_SAMPLE_TID`, perf_event.h:141.
-pub const PERF_SAMPLE_TID: u64 = 1 << 1;
-/// `PERF_SAMPLE_TIME`, perf_event.h:142.
-pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
-/// `PERF_SAMPLE_CPU`, perf_event.h:147.
-pub const PERF_SAMPLE_CPU: u64 = 1 << 7;
 /// `PERF_SAMPLE_PERIOD`, perf_event.h:148.
 pub const PERF_SAMPLE_PERIOD: u64 = 1 << 8;
-/// `PERF_SAMPLE_IDENTIFIER`, perf_event.h:156.
-pub const PERF_SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
 /// `PERF_AUX_FLAG_CORESIGHT_FORMAT_RAW`, perf_event.h:1269: the AUX data is one source's
 /// unformatted byte stream; without it, 16-byte formatter frames. perf picks the decoder's
