@@ -3,7 +3,7 @@
 //! textpoke takes over every jump-label and ftrace change while it is loaded (patch 0008), so the
 //! kernel maintainers' suites for those patchers must pass with it as they pass without it. Each
 //! suite runs twice in the same boot, first on the stock path (textpoke not loaded), then with
-//! textpoke loaded, its records collected and the kernel text read before and after:
+//! textpoke loaded, its records collected and the kernel text read before and after each suite:
 //!
 //! - ftracetest (tools/testing/selftests/ftrace of the same source, packed by
 //!   tools/initramfs.sh), the cases chosen by [`FTRACE_SUBSET`] (all of [`FTRACE_DIRS`] with
@@ -19,8 +19,8 @@
 //! here: it fails when it passed on the stock path and did not with textpoke. A case that passes
 //! neither way is no finding of textpoke's when it is one of [`KNOWN_LIMITATIONS`], the guest
 //! kernel's, with the outcome listed there: it passes with the reason in its log line. Any other
-//! fails. With textpoke, the records emitted during the run, replayed in time order onto the
-//! kernel text read before it, must give the text read after it, byte for byte.
+//! fails. With textpoke, the records emitted during each suite's run, replayed in time order
+//! onto the kernel text read before it, must give the text read after it, byte for byte.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -708,6 +708,61 @@ pub fn stock() -> BTreeMap<String, Result<Outcome, String>> {
     r
 }
 
+/// The records one suite's run made in the kernel text, replayed onto the text read before it:
+/// what they changed, or why they do not give the text read after it.
+fn replay_suite(
+    text: (u64, usize),
+    before: std::io::Result<Vec<u8>>,
+    after: std::io::Result<Vec<u8>>,
+    drain: &textpoke_agent::perf::Drain,
+) -> Result<String, String> {
+    if !drain.is_clean() {
+        return Err(format!(
+            "perf may have lost records ({} lost)",
+            drain.lost_records
+        ));
+    }
+    let (mut before, after) = (
+        before.map_err(|e| format!("kcore before: {e}"))?,
+        after.map_err(|e| format!("kcore after: {e}"))?,
+    );
+    let end = text.0.saturating_add(text.1 as u64);
+    let pokes: Vec<_> = drain
+        .pokes
+        .iter()
+        .filter(|p| p.addr >= text.0 && p.addr < end)
+        .cloned()
+        .collect();
+    if !crate::is_x86() {
+        crate::kernel_patching::copy_ftrace_literals(&mut before, &after);
+    }
+    let n = checks::replay_checked(text.0, &before, &after, &pokes).map_err(|e| {
+        // The records at that address, in time order, and the text there before and after:
+        // enough to tell whose change went unrecorded.
+        let at = e.addr();
+        let mut there: Vec<_> = pokes
+            .iter()
+            .filter(|p| p.addr <= at && at < p.addr.saturating_add(p.old.len().max(1) as u64))
+            .collect();
+        there.sort_by_key(|p| (p.time, p.id));
+        let bytes = |img: &[u8]| {
+            let off = usize::try_from(at.saturating_sub(text.0)).unwrap_or(usize::MAX);
+            img.get(off..off.saturating_add(8)).map(<[u8]>::to_vec)
+        };
+        format!(
+            "{e}; records there (time, old, new): {:02x?}; text before {:02x?}, after {:02x?}",
+            there
+                .iter()
+                .take(8)
+                .map(|p| (p.time, &p.old, &p.new))
+                .collect::<Vec<_>>(),
+            bytes(&before),
+            bytes(&after)
+        )
+    })?;
+    Ok(format!("{} records replayed ({n} changes)", pokes.len()))
+}
+
 /// The run with textpoke loaded as the kernel's patcher, judged against `stock`.
 pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &Kcore) -> Case {
     log("kernel suites: with textpoke");
@@ -721,25 +776,29 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
         Ok(r) => r,
         Err(e) => return Case::fail("kernel_suites", format!("perf recorder: {e}")),
     };
-    let before = kcore.read(text.0, text.1);
     let cases = ftrace_cases(&dirs());
     let (late, early): (Vec<String>, Vec<String>) = cases
         .as_ref()
         .map(|c| c.iter().cloned().partition(|c| takes_cpus_offline(c)))
         .unwrap_or_default();
     let mut results = BTreeMap::new();
-    // What textpoke did during each suite that ran (`run` says whether it did), then during
-    // all of them.
-    let mut per_suite = Vec::new();
-    let mut counted = |suite: &str, run: &mut dyn FnMut() -> bool| {
-        let before = crate::kernel_patching::counters();
-        if run() {
+    // Each suite that ran (`run` says whether it did): what textpoke did meanwhile, and its
+    // records replayed onto the text read before it, which must give the text read after it.
+    let mut per_suite: Vec<(&str, String, Result<String, String>)> = Vec::new();
+    let mut suite = |name: &'static str, run: &mut dyn FnMut() -> bool| {
+        let before = kcore.read(text.0, text.1);
+        let counted = crate::kernel_patching::counters();
+        let ran = run();
+        let drain = rec.drain();
+        let after = kcore.read(text.0, text.1);
+        if ran {
             let now = crate::kernel_patching::counters();
-            let moved = crate::kernel_patching::counters_moved(&before, &now);
-            per_suite.push(format!("{suite}: {}", what_textpoke_did(&moved)));
+            let moved = crate::kernel_patching::counters_moved(&counted, &now);
+            let replay = replay_suite(text, before, after, &drain);
+            per_suite.push((name, what_textpoke_did(&moved), replay));
         }
     };
-    counted("ftracetest", &mut || {
+    suite("ftracetest", &mut || {
         run_ftrace_into(
             cases.clone().map(|_| early.clone()),
             "ftracetest",
@@ -747,15 +806,13 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
         );
         true
     });
-    counted("kprobes' KUnit suite", &mut || {
+    suite("kprobes' KUnit suite", &mut || {
         run_kunit_into(&mut results);
         true
     });
-    counted("livepatch selftests", &mut || {
+    suite("livepatch selftests", &mut || {
         run_livepatch_into(&mut results)
     });
-    let drain = rec.drain();
-    let after = kcore.read(text.0, text.1);
     drop(rec);
     let moved =
         crate::kernel_patching::counters_moved(&counters, &crate::kernel_patching::counters());
@@ -780,64 +837,36 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
             )
         })
         .collect();
-    // The records against the text itself.
-    let replay = (|| -> Result<String, String> {
-        if !drain.is_clean() {
-            return Err(format!(
-                "perf may have lost records ({} lost)",
-                drain.lost_records
-            ));
-        }
-        let (mut before, after) = (
-            before.map_err(|e| format!("kcore before: {e}"))?,
-            after.map_err(|e| format!("kcore after: {e}"))?,
-        );
-        let end = text.0.saturating_add(text.1 as u64);
-        let pokes: Vec<_> = drain
-            .pokes
-            .iter()
-            .filter(|p| p.addr >= text.0 && p.addr < end)
-            .cloned()
-            .collect();
-        if !crate::is_x86() {
-            crate::kernel_patching::copy_ftrace_literals(&mut before, &after);
-        }
-        let n = checks::replay_checked(text.0, &before, &after, &pokes).map_err(|e| {
-            // The records at that address, in time order, and the text there before and after:
-            // enough to tell whose change went unrecorded.
-            let at = e.addr();
-            let mut there: Vec<_> = pokes
-                .iter()
-                .filter(|p| p.addr <= at && at < p.addr.saturating_add(p.old.len().max(1) as u64))
-                .collect();
-            there.sort_by_key(|p| (p.time, p.id));
-            let bytes = |img: &[u8]| {
-                let off = usize::try_from(at.saturating_sub(text.0)).unwrap_or(usize::MAX);
-                img.get(off..off.saturating_add(8)).map(<[u8]>::to_vec)
-            };
-            format!(
-                "{e}; records there (time, old, new): {:02x?}; text before {:02x?}, after {:02x?}",
-                there
-                    .iter()
-                    .take(8)
-                    .map(|p| (p.time, &p.old, &p.new))
-                    .collect::<Vec<_>>(),
-                bytes(&before),
-                bytes(&after)
-            )
-        })?;
-        Ok(format!(
-            "{} records in the kernel text replayed onto kcore before the suites give kcore after \
-             ({n} changes); textpoke, {}; {}",
-            pokes.len(),
-            what_textpoke_did(&moved),
-            per_suite.join("; "),
-        ))
-    })();
-    children.push(match replay {
-        Ok(l) => Case::pass("kernel_suites_records_replay_onto_kcore").with_log(l),
-        Err(e) => Case::fail("kernel_suites_records_replay_onto_kcore", e),
-    });
+    // The records against the text itself, suite by suite.
+    let lines: Vec<String> = per_suite
+        .iter()
+        .map(|(name, did, replay)| match replay {
+            Ok(r) => format!("{name}: {r}; textpoke, {did}"),
+            Err(e) => format!("{name}: {e}; textpoke, {did}"),
+        })
+        .collect();
+    let failed: Vec<&str> = per_suite
+        .iter()
+        .filter(|(_, _, r)| r.is_err())
+        .map(|(name, _, _)| *name)
+        .collect();
+    let mut replay = Case::check(
+        "kernel_suites_records_replay_onto_kcore",
+        failed.is_empty() && !per_suite.is_empty(),
+        format!(
+            "the records of {failed:?} do not replay onto kcore read before that suite to give \
+             kcore read after it: {}",
+            lines.join("; ")
+        ),
+    );
+    for line in lines {
+        replay = replay.with_log(line);
+    }
+    children.push(replay.with_log(format!(
+        "the records in the kernel text replayed onto kcore read before each suite give kcore \
+         read after it; textpoke in all, {}",
+        what_textpoke_did(&moved)
+    )));
     Case::group("kernel_suites", children)
 }
 
