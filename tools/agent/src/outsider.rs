@@ -94,18 +94,22 @@ const VERDICTS: &[&str] = &[
 ];
 
 /// arm64's further verdicts: its traced function's entry holds more instructions textpoke must
-/// refuse (the ftrace ops literal and `MOV X9, X30` before the call).
-const ARM64_VERDICTS: &[&str] = &[
-    "register_ftrace_entry_1",
-    "register_ftrace_entry_2",
-    "register_ftrace_entry_3",
-];
+/// refuse, `MOV X9, X30` before the call.
+const ARM64_VERDICTS: &[&str] = &["register_ftrace_entry_1"];
+
+/// And on an arm64 kernel with `DYNAMIC_FTRACE_WITH_CALL_OPS`
+/// ([`crate::kernel_patching::ftrace_call_ops`]: the production guest kernel, not the KASAN one
+/// built with clang 19) the two words of the ftrace ops literal before the function.
+const CALL_OPS_VERDICTS: &[&str] = &["register_ftrace_entry_2", "register_ftrace_entry_3"];
 
 /// The verdicts of this arch the outsider must print.
 fn expected_verdicts() -> Vec<&'static str> {
     let mut all = VERDICTS.to_vec();
     if !is_x86() {
         all.extend_from_slice(ARM64_VERDICTS);
+        if crate::kernel_patching::ftrace_call_ops() {
+            all.extend_from_slice(CALL_OPS_VERDICTS);
+        }
     }
     all
 }
@@ -419,6 +423,7 @@ mod tests {
     fn the_lists_name_each_verdict_once() {
         let mut all = VERDICTS.to_vec();
         all.extend_from_slice(ARM64_VERDICTS);
+        all.extend_from_slice(CALL_OPS_VERDICTS);
         let distinct: std::collections::BTreeSet<_> = all.iter().collect();
         assert_eq!(distinct.len(), all.len());
     }
