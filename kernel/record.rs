@@ -199,6 +199,21 @@ impl SampleId {
     }
 }
 
+/// Writes the `sample_id` trailer of `layout` for `sample` to the start of `out`.
+///
+/// Returns the trailer's size, [`SampleIdLayout::size`]; `out` must hold that many bytes. The
+/// trailer is the one [`write_text_poke`] appends, for writers of other records that carry it.
+pub fn write_sample_id(
+    out: &mut [u8],
+    sample: &SampleId,
+    layout: SampleIdLayout,
+) -> Result<usize, RecordError> {
+    sample
+        .write(&mut Writer::new(out), layout)
+        .ok_or(RecordError::BufferTooSmall)?;
+    Ok(layout.size())
+}
+
 /// A cursor over an output buffer that fails instead of writing past the end.
 pub(crate) struct Writer<'a> {
     out: &'a mut [u8],

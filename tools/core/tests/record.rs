@@ -202,6 +202,26 @@ fn golden_x86_jmp_poke() {
 }
 
 #[test]
+fn the_trailer_alone_is_the_golden_records_tail() {
+    let layout = SampleIdLayout::new(X86_SAMPLE_TYPE);
+    let mut trailer = vec![0xa5; layout.size()];
+    assert_eq!(
+        write_sample_id(&mut trailer, &x86_sample(), layout),
+        Ok(layout.size())
+    );
+    assert_eq!(trailer, X86_GOLDEN[X86_GOLDEN.len() - layout.size()..]);
+    let mut short = vec![0; layout.size() - 1];
+    assert_eq!(
+        write_sample_id(&mut short, &x86_sample(), layout),
+        Err(RecordError::BufferTooSmall)
+    );
+    assert_eq!(
+        write_sample_id(&mut [], &x86_sample(), SampleIdLayout::NONE),
+        Ok(0)
+    );
+}
+
+#[test]
 fn golden_arm64_branch_poke() {
     let layout = SampleIdLayout::new(ALL_SAMPLE_TYPE);
     assert_eq!(layout.size(), 48);

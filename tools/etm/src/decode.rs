@@ -332,8 +332,9 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     };
     let attrs = vec![etm_attr.clone(), dummy_attr.clone()];
     let mut f = PerfFile::new(attrs.clone());
-    let etm_tr = |t: u64| pd::id_trailer(sample_type, PID, t, etm_attr.id);
-    let dummy_tr = |t: u64| pd::id_trailer(sample_type, PID, t, dummy_attr.id);
+    let etm_tr = |t: u64| pd::id_trailer(sample_type, &pd::sample_id(PID, t, etm_attr.id));
+    let dummy_id = |t: u64| pd::sample_id(PID, t, dummy_attr.id);
+    let dummy_tr = |t: u64| pd::id_trailer(sample_type, &dummy_id(t));
     if s.timestamps {
         // Trace timestamps convert 1:1 to perf time. TIME_CONV must precede AUXTRACE_INFO:
         // cs-etm copies session->time_conv while processing that (cs-etm.c:3449ff).
@@ -353,14 +354,8 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     let poke = |f: &mut PerfFile, t: u64| {
         let site = p.poke.expect("the kernel program has a poke site");
         let old = p.img.words[((site.addr - p.img.base) / 4) as usize].to_le_bytes();
-        let misc = pd::PERF_RECORD_MISC_KERNEL;
-        f.text_poke(
-            site.addr,
-            &old,
-            &site.word.to_le_bytes(),
-            misc,
-            &dummy_tr(t),
-        );
+        let new = site.word.to_le_bytes();
+        f.text_poke(site.addr, &old, &new, sample_type, &dummy_id(t));
     };
     if s.poke == Some(PokeRecord::BeforeDecode) {
         poke(&mut f, TS_BASE - 50);

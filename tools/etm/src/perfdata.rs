@@ -8,9 +8,10 @@
 
 // The record and sample constants the kernel module's record writer uses (kernel/record.rs):
 // one copy of each in the project.
+use textpoke_core::record::{self as krecord, SampleId, SampleIdLayout};
 pub use textpoke_core::record::{
-    PERF_RECORD_MISC_KERNEL, PERF_RECORD_TEXT_POKE, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_RECORD_MISC_KERNEL, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME,
 };
 // Record types: perf_event.h:879-1218 (kernel), event.h:467-478 (perf's own).
 /// `PERF_RECORD_MMAP`, perf_event.h:879.
@@ -246,23 +247,25 @@ impl Attr {
     }
 }
 
-/// The `sample_id_all` trailer of a non-sample record, in the order of perf_event.h:851-856:
-/// pid and tid, time, cpu and a reserved word, identifier (for the sample types used here).
-pub fn id_trailer(sample_type: u64, pid: u32, time: u64, id: u64) -> Vec<u8> {
-    let mut v = Vec::new();
-    if sample_type & PERF_SAMPLE_TID != 0 {
-        p32(&mut v, pid);
-        p32(&mut v, pid);
+/// The `sample_id` of a record of event `id`, written by process `pid` at `time` on CPU 0.
+pub fn sample_id(pid: u32, time: u64, id: u64) -> SampleId {
+    SampleId {
+        pid: Some(pid),
+        tid: Some(pid),
+        time: Some(time),
+        cpu: Some(0),
+        identifier: Some(id),
+        ..SampleId::default()
     }
-    if sample_type & PERF_SAMPLE_TIME != 0 {
-        p64(&mut v, time);
-    }
-    if sample_type & PERF_SAMPLE_CPU != 0 {
-        p64(&mut v, 0); // cpu 0, res
-    }
-    if sample_type & PERF_SAMPLE_IDENTIFIER != 0 {
-        p64(&mut v, id);
-    }
+}
+
+/// The `sample_id_all` trailer of a non-sample record, written by the module's own trailer
+/// writer (`textpoke_core::record::write_sample_id`).
+pub fn id_trailer(sample_type: u64, sample: &SampleId) -> Vec<u8> {
+    let layout = SampleIdLayout::new(sample_type);
+    let mut v = vec![0; layout.size()];
+    let written = krecord::write_sample_id(&mut v, sample, layout);
+    assert_eq!(written, Ok(v.len()), "the buffer is the layout's size");
     v
 }
 
@@ -430,23 +433,24 @@ impl PerfFile {
         self.record(PERF_RECORD_AUX, 0, &b);
     }
 
-    /// `PERF_RECORD_TEXT_POKE` (perf_event.h:1203): `old` replaced by `new` at `addr`.
-    pub fn text_poke(&mut self, addr: u64, old: &[u8], new: &[u8], misc: u16, trailer: &[u8]) {
-        let mut b = Vec::new();
-        p64(&mut b, addr);
-        p16(
-            &mut b,
-            u16::try_from(old.len()).expect("a poke's bytes are few"),
-        );
-        p16(
-            &mut b,
-            u16::try_from(new.len()).expect("a poke's bytes are few"),
-        );
-        b.extend_from_slice(old);
-        b.extend_from_slice(new);
-        pad8(&mut b);
-        b.extend_from_slice(trailer);
-        self.record(PERF_RECORD_TEXT_POKE, misc, &b);
+    /// `PERF_RECORD_TEXT_POKE` (perf_event.h:1203) of the kernel: `old` replaced by `new` at
+    /// `addr`, written by the module's own record writer
+    /// (`textpoke_core::record::write_text_poke`).
+    pub fn text_poke(
+        &mut self,
+        addr: u64,
+        old: &[u8],
+        new: &[u8],
+        sample_type: u64,
+        id: &SampleId,
+    ) {
+        let layout = SampleIdLayout::new(sample_type);
+        let size = krecord::text_poke_size(old.len(), new.len(), layout);
+        let mut rec = vec![0; size.expect("a poke's bytes are few")];
+        let misc = PERF_RECORD_MISC_KERNEL;
+        let written = krecord::write_text_poke(&mut rec, misc, addr, old, new, id, layout);
+        assert_eq!(written, Ok(rec.len()), "the buffer is the record's size");
+        self.data.extend_from_slice(&rec);
     }
 
     /// `PERF_RECORD_TIME_CONV` (event.h:438) with `cap_user_time_zero`: perf time =
