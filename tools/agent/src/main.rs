@@ -266,8 +266,13 @@ fn test_suite(ktap: &mut Ktap) {
             };
             let cpus = sys::online_cpus().map_or(0, |c| c.len());
             for (name, spec, min_trapped) in SCENARIOS {
-                let traps = scenario::TrapsWanted::for_spec(*min_trapped, spec, cpus);
-                cases.push(scenario::case(name, spec, traps, &sites, &kcore));
+                cases.push(match scenario::Shape::parse(spec) {
+                    Ok(shape) => {
+                        let traps = scenario::TrapsWanted::for_spec(*min_trapped, &shape, cpus);
+                        scenario::case(name, spec, traps, &sites, &kcore)
+                    }
+                    Err(e) => Case::fail(*name, e),
+                });
             }
             cases.push(observed::case(&sites, &kcore));
             cases.extend(real_perf_cases(SCENARIOS[0].1, &sites, &kcore));
@@ -383,11 +388,13 @@ fn demo(ktap: &mut Ktap) {
     match setup {
         Ok((sites, kcore)) => {
             let spec = "keys=6 sites=8 ftrace=16 flips=9 pokers=2";
-            match scenario::run(spec, &sites, &kcore) {
-                Ok(ev) => {
+            let run = scenario::Shape::parse(spec)
+                .and_then(|shape| Ok((shape, scenario::run(spec, &sites, &kcore)?)));
+            match run {
+                Ok((shape, ev)) => {
                     narrate(spec, &ev, &sites);
                     let cpus = sys::online_cpus().map_or(0, |c| c.len());
-                    let traps = scenario::TrapsWanted::for_spec(1, spec, cpus);
+                    let traps = scenario::TrapsWanted::for_spec(1, &shape, cpus);
                     let case = scenario::judge("demo_scenario", spec, traps, &ev, &sites);
                     log(&format!(
                         "demo checks: {}",

@@ -233,17 +233,64 @@ impl TrapsWanted {
     /// scheduled out of every window its kind's guards stand in (seen at two CPUs with three
     /// pokers: none of thousands of executions of one kind trapped, hundreds of each other's
     /// did), so `min` of all of them together.
-    pub fn for_spec(min: u64, spec: &str, cpus: usize) -> Self {
-        let pokers = spec
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("pokers="))
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or(1);
-        if pokers >= cpus {
+    pub fn for_spec(min: u64, spec: &Shape, cpus: usize) -> Self {
+        if spec.pokers >= cpus {
             Self::AllKinds(min)
         } else {
             Self::EachKind(min)
         }
+    }
+}
+
+/// What the agent needs of a scenario's spec, read as the exerciser reads it
+/// (samples/exerciser/scenario.rs, `Spec::parse`): the same keys, defaults and refusals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Static-key-like groups (`keys=`).
+    pub keys: usize,
+    /// Sites in each key's group (`sites=`).
+    pub sites: usize,
+    /// Sites of the ftrace group (`ftrace=`).
+    pub ftrace: usize,
+    /// Concurrent pokers (`pokers=`, one unless named).
+    pub pokers: usize,
+}
+
+impl Shape {
+    /// Reads `spec`; what the exerciser would refuse is an error naming the spec.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let refused = |why: &str| format!("scenario spec {spec:?}: {why}");
+        let mut shape = Self {
+            keys: 0,
+            sites: 0,
+            ftrace: 0,
+            pokers: 1,
+        };
+        let mut flips = 0;
+        for word in spec.split_whitespace() {
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| refused(&format!("{word:?} is not key=value")))?;
+            let value: usize = value
+                .parse()
+                .map_err(|_| refused(&format!("{word:?} has no number")))?;
+            match key {
+                "keys" => shape.keys = value,
+                "sites" => shape.sites = value,
+                "ftrace" => shape.ftrace = value,
+                "flips" => flips = value,
+                "pokers" => shape.pokers = value,
+                "avoid" => {}
+                _ => return Err(refused(&format!("no key {key:?}"))),
+            }
+        }
+        if flips == 0
+            || shape.pokers == 0
+            || (shape.keys == 0 || shape.sites == 0) && shape.ftrace == 0
+        {
+            return Err(refused("no flips, no pokers or no sites"));
+        }
+        Ok(shape)
     }
 }
 
@@ -285,23 +332,13 @@ pub fn call_kind(aarch64: bool) -> &'static str {
 }
 
 /// The kinds scenario `spec` changes, fixed before it runs: key `k` takes the `k`-th key kind
-/// (round robin), the ftrace group the call kind. A spec that cannot be read plans none (the
-/// exerciser refuses it, and the run fails).
-pub fn spec_kinds(spec: &str, aarch64: bool) -> Vec<&'static str> {
-    let value = |key: &str| {
-        spec.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    let (keys, sites, ftrace) = (value("keys"), value("sites"), value("ftrace"));
+/// (round robin), the ftrace group the call kind.
+pub fn spec_kinds(spec: &Shape, aarch64: bool) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    if sites > 0 {
-        for k in key_kinds(aarch64).iter().take(keys) {
-            out.push(k);
-        }
+    if spec.sites > 0 {
+        out.extend(key_kinds(aarch64).iter().take(spec.keys));
     }
-    if ftrace > 0 {
+    if spec.ftrace > 0 {
         out.push(call_kind(aarch64));
     }
     out
@@ -414,7 +451,11 @@ pub fn judge(name: &str, spec: &str, traps: TrapsWanted, ev: &Evidence, sites: &
     let ours = ev.site_pokes(sites);
     let (base, _) = region(sites);
     let aarch64 = cfg!(target_arch = "aarch64");
-    let kinds = spec_kinds(spec, aarch64);
+    let shape = match Shape::parse(spec) {
+        Ok(shape) => shape,
+        Err(e) => return Case::fail(name, e),
+    };
+    let kinds = spec_kinds(&shape, aarch64);
     let mut children = Vec::new();
     let committed = ev.batches.iter().filter(|b| b.errno == 0).count();
     children.push(Case::check(
@@ -540,42 +581,42 @@ pub fn judge(name: &str, spec: &str, traps: TrapsWanted, ev: &Evidence, sites: &
         checks::TrapEvidence::Cpu => "trapped",
         checks::TrapEvidence::CpuAndEngine => "trapped_counted",
     };
-    // Each guarded kind's executions and trapped executions; parked kinds must never trap.
+    // Each planned kind's executions and trapped executions: an error when none ran.
+    let counts = |kind: &str| {
+        let runs = ev.result(&format!("executions.{kind}"))?;
+        if runs == 0 {
+            return Err(format!(
+                "no {kind} execution ran: the scenario plans {kind} sites"
+            ));
+        }
+        Ok((runs, ev.result(&format!("{trapped_key}.{kind}"))?))
+    };
+    let line = |kind: &str, n: u64, runs: u64| {
+        format!("{n} of {runs} {kind} executions trapped (the CPU's word)")
+    };
+    // Parked kinds must never trap; the guarded ones are judged as `traps` asks.
     let mut guarded = Vec::new();
     for kind in &kinds {
-        let ran = ev.result(&format!("executions.{kind}"));
-        let trapped = ev.result(&format!("{trapped_key}.{kind}"));
         if parked_kinds().contains(kind) {
             let name = format!("parked_never_trapped_{kind}");
-            children.push(match (ran, trapped) {
-                (Ok(0), _) => Case::fail(
-                    name,
-                    format!("no {kind} execution ran: the scenario plans {kind} sites"),
-                ),
-                (Ok(_), Ok(n)) => Case::check(
+            children.push(match counts(kind) {
+                Ok((_, n)) => Case::check(
                     name,
                     n == 0,
                     format!("{n} executions trapped on a site only ever changed with the other CPUs parked"),
                 ),
-                (Err(e), _) | (_, Err(e)) => Case::fail(name, e),
+                Err(e) => Case::fail(name, e),
             });
         } else {
-            guarded.push((kind, ran, trapped));
+            guarded.push((kind, counts(kind)));
         }
     }
-    let line = |kind: &str, n: u64, runs: u64| {
-        format!("{n} of {runs} {kind} executions trapped (the CPU's word)")
-    };
     match traps {
         TrapsWanted::EachKind(min) => {
-            for (kind, ran, trapped) in guarded {
+            for (kind, counted) in guarded {
                 let name = format!("trap_path_taken_{kind}");
-                children.push(match (ran, trapped) {
-                    (Ok(0), _) => Case::fail(
-                        name,
-                        format!("no {kind} execution ran: the scenario plans {kind} sites"),
-                    ),
-                    (Ok(runs), Ok(n)) => Case::check(
+                children.push(match counted {
+                    Ok((runs, n)) => Case::check(
                         name,
                         n >= min,
                         format!(
@@ -583,22 +624,19 @@ pub fn judge(name: &str, spec: &str, traps: TrapsWanted, ev: &Evidence, sites: &
                         ),
                     )
                     .with_log(line(kind, n, runs)),
-                    (Err(e), _) | (_, Err(e)) => Case::fail(name, e),
+                    Err(e) => Case::fail(name, e),
                 });
             }
         }
         TrapsWanted::AllKinds(_) | TrapsWanted::Nothing => {
             let (mut total, mut lines, mut errors) = (0u64, Vec::new(), Vec::new());
-            for (kind, ran, trapped) in guarded {
-                match (ran, trapped) {
-                    (Ok(0), _) => errors.push(format!(
-                        "no {kind} execution ran: the scenario plans {kind} sites"
-                    )),
-                    (Ok(runs), Ok(n)) => {
+            for (kind, counted) in guarded {
+                match counted {
+                    Ok((runs, n)) => {
                         total = total.saturating_add(n);
                         lines.push(line(kind, n, runs));
                     }
-                    (Err(e), _) | (_, Err(e)) => errors.push(e),
+                    Err(e) => errors.push(e),
                 }
             }
             let lines = lines.join("; ");
@@ -624,7 +662,7 @@ pub fn judge(name: &str, spec: &str, traps: TrapsWanted, ev: &Evidence, sites: &
             }
         }
     }
-    if spec.contains("pokers=") && !spec.contains("pokers=1") {
+    if shape.pokers > 1 {
         // Concurrent pokers must really have had batches in flight at the same time.
         let overlap = checks::max_overlap(ev.batches.iter().map(|b| (b.start, b.end)));
         children.push(
@@ -719,19 +757,22 @@ mod tests {
         }
     }
 
+    fn kinds(spec: &str, aarch64: bool) -> Vec<&'static str> {
+        spec_kinds(&Shape::parse(spec).unwrap(), aarch64)
+    }
+
     #[test]
     fn kinds_are_planned_from_the_spec() {
         assert_eq!(
-            spec_kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", false),
+            kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", false),
             ["jmp32", "jmp8", "ret", "call"]
         );
         assert_eq!(
-            spec_kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", true),
+            kinds("keys=6 sites=8 ftrace=16 flips=5 pokers=1", true),
             ["b", "ret", "mov_x9_x30", "bl"]
         );
-        assert_eq!(spec_kinds("keys=1 sites=8 flips=51 pokers=1", true), ["b"]);
-        assert_eq!(spec_kinds("ftrace=4 flips=1", false), ["call"]);
-        assert!(spec_kinds("nonsense", false).is_empty());
+        assert_eq!(kinds("keys=1 sites=8 flips=51 pokers=1", true), ["b"]);
+        assert_eq!(kinds("ftrace=4 flips=1", false), ["call"]);
         // Every parked kind is a key kind: the scenarios reach it.
         for k in ["ret", "mov_x9_x30"] {
             assert!(key_kinds(true).contains(&k));
@@ -817,20 +858,43 @@ mod tests {
 
     #[test]
     fn traps_are_wanted_of_every_kind_unless_pokers_crowd_the_cpus() {
-        let spec = "keys=9 sites=4 ftrace=8 flips=5 pokers=3";
-        assert_eq!(TrapsWanted::for_spec(1, spec, 2), TrapsWanted::AllKinds(1));
-        assert_eq!(TrapsWanted::for_spec(1, spec, 3), TrapsWanted::AllKinds(1));
-        assert_eq!(TrapsWanted::for_spec(1, spec, 4), TrapsWanted::EachKind(1));
-        let one = "keys=6 sites=8 ftrace=16 flips=5 pokers=1";
+        let spec = Shape::parse("keys=9 sites=4 ftrace=8 flips=5 pokers=3").unwrap();
+        assert_eq!(TrapsWanted::for_spec(1, &spec, 2), TrapsWanted::AllKinds(1));
+        assert_eq!(TrapsWanted::for_spec(1, &spec, 3), TrapsWanted::AllKinds(1));
+        assert_eq!(TrapsWanted::for_spec(1, &spec, 4), TrapsWanted::EachKind(1));
+        let one = Shape::parse("keys=6 sites=8 ftrace=16 flips=5 pokers=1").unwrap();
         assert_eq!(
-            TrapsWanted::for_spec(100, one, 2),
+            TrapsWanted::for_spec(100, &one, 2),
             TrapsWanted::EachKind(100)
         );
-        // No pokers named: one.
+        // No pokers named: one, as the exerciser reads it.
+        let unnamed = Shape::parse("keys=1 sites=8 flips=2").unwrap();
+        assert_eq!(unnamed.pokers, 1);
         assert_eq!(
-            TrapsWanted::for_spec(1, "keys=1 sites=8", 2),
+            TrapsWanted::for_spec(1, &unnamed, 2),
             TrapsWanted::EachKind(1)
         );
+        // Ten pokers are more than one (a substring test of "pokers=1" said otherwise).
+        assert_eq!(
+            Shape::parse("ftrace=4 flips=1 pokers=10").unwrap().pokers,
+            10
+        );
+    }
+
+    #[test]
+    fn specs_the_exerciser_refuses_are_refused() {
+        for spec in [
+            "nonsense",
+            "keys=1 sites=8",
+            "keys=1 sites=8 flips=2 pokers=0",
+            "keys=1 flips=2",
+            "keys=1 sites=8 flips=x",
+            "keys=1 sites=8 flips=2 colour=3",
+        ] {
+            let e = Shape::parse(spec).unwrap_err();
+            assert!(e.contains(spec), "{e}");
+        }
+        assert!(Shape::parse("keys=1 sites=8 flips=2 avoid=1").is_ok());
     }
 
     #[test]
@@ -839,7 +903,7 @@ mod tests {
             let mut all: Vec<&str> = key_kinds(aarch64).to_vec();
             all.push(call_kind(aarch64));
             for (_, spec, _) in crate::SCENARIOS {
-                assert_eq!(spec_kinds(spec, aarch64), all, "{spec}");
+                assert_eq!(kinds(spec, aarch64), all, "{spec}");
             }
         }
     }
