@@ -84,6 +84,7 @@ impl Defect {
     /// a millisecond: an unguarded write is caught when another CPU runs the new instruction
     /// before its record, and the pause gives the other CPUs the time to. Nothing otherwise,
     /// and nothing ever in a production build.
+    #[inline(always)]
     pub(crate) fn pause_after_unguarded_write(self) {
         #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
         if self != Self::None {
