@@ -11,6 +11,7 @@ use textpoke_agent::checks::{self, Violation};
 use textpoke_agent::exerciser::{self, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
+use textpoke_agent::observer;
 use textpoke_agent::sys;
 use textpoke_core::defects::{self, SeededDefect};
 use textpoke_core::refusal;
@@ -339,19 +340,29 @@ fn foreign_int3_control() -> Case {
             .map_err(|e| format!("outsider counters: {e}"))?;
         let seen = exerciser::number(&counters, "int3_seen")?;
         sys::unload_module("textpoke_outsider").map_err(|e| format!("unloading outsider: {e}"))?;
-        if seen < RUNS {
-            Ok(format!(
-                "the outsider's notifier saw {seen} of its {RUNS} INT3s"
-            ))
-        } else {
-            Err(format!(
-                "not caught: the outsider's notifier saw all {RUNS} INT3s"
-            ))
-        }
+        swallowed(seen, RUNS)
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The INT3 control's verdict: the defect claims every trap at a guard instruction, so the
+/// outsider's notifier must have seen none of its `runs` INT3s. Some but not all is another
+/// fault (textpoke's handler claiming some traps), and all of them is no catch.
+fn swallowed(seen: u64, runs: u64) -> Result<String, String> {
+    match seen {
+        _ if runs == 0 => Err("no INT3 ran: the control proves nothing".into()),
+        0 => Ok(format!(
+            "textpoke swallowed all {runs} of the outsider's INT3s: its notifier saw none"
+        )),
+        n if n >= runs => Err(format!(
+            "not caught: the outsider's notifier saw all {runs} INT3s"
+        )),
+        n => Err(format!(
+            "the outsider's notifier saw {n} of its {runs} INT3s: not the defect's signature (every one swallowed)"
+        )),
     }
 }
 
@@ -439,17 +450,24 @@ fn listener_handshake_control(kcore: &Kcore) -> Case {
                 crate::listener::Storm::ModuleOnly,
             ))
         })?;
-        match outcome {
-            Err(e) if e.contains("listener's copy") => Ok(format!("caught: {e}")),
-            Err(e) => Err(format!(
-                "the check failed, but not on the listener's copy: {e}"
-            )),
-            Ok(line) => Err(format!("not caught: {line}")),
-        }
+        handshake_caught(outcome)
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The handshake control's verdict on the mid-storm listener check's outcome: caught only when
+/// it failed on the listener's copy (its kcore snapshot plus records against the text), not
+/// for any other reason.
+fn handshake_caught(outcome: Result<String, String>) -> Result<String, String> {
+    match outcome {
+        Err(e) if e.contains(crate::listener::COPY) => Ok(format!("caught: {e}")),
+        Err(e) => Err(format!(
+            "the check failed, but not on the listener's copy: {e}"
+        )),
+        Ok(line) => Err(format!("not caught: {line}")),
     }
 }
 
@@ -475,15 +493,10 @@ fn observer_control(kcore: &Kcore) -> Case {
     const NAME: &str = "control_unguarded_nosync_caught_by_observer";
     const MODE: i32 = defects::UNGUARDED_NOSYNC.mode;
     let run = || -> Result<String, String> {
-        let (_, (_, c, v)) = under_defect(MODE, |sites| {
+        let (_, (ev, c, v)) = under_defect(MODE, |sites| {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
         })?;
-        let line = crate::observed::summary(&c, &v);
-        if v.violations > 0 {
-            Ok(format!("{line}; first: {:?}", v.examples.first()))
-        } else {
-            Err(format!("not caught: {line}"))
-        }
+        observer_caught(&ev, &c, &v)
     };
     match run() {
         Ok(found) => Case::pass(NAME)
@@ -493,6 +506,29 @@ fn observer_control(kcore: &Kcore) -> Case {
             ))
             .with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The observer control's verdict: violations the observer saw, in a run that proves
+/// something: every batch committed, perf lost no record (a lost record makes a correct write
+/// look unrecorded) and the observer lost no hit and stopped on no error.
+fn observer_caught(
+    ev: &Evidence,
+    c: &observer::Collected,
+    v: &observer::Verdicts,
+) -> Result<String, String> {
+    completed_clean(ev)?;
+    let line = crate::observed::summary(c, v);
+    if let Some(e) = &c.error {
+        return Err(format!("the observer stopped on an error ({e}): {line}"));
+    }
+    if c.lost > 0 || c.bad > 0 {
+        return Err(format!("the observer lost hits: {line}"));
+    }
+    if v.violations > 0 {
+        Ok(format!("{line}; first: {:?}", v.examples.first()))
+    } else {
+        Err(format!("not caught: {line}"))
     }
 }
 
@@ -507,24 +543,37 @@ fn before_after_observed(kcore: &Kcore) -> Case {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
         })?;
         let watched = crate::observed::watched(&sites)?;
-        let intervals = textpoke_agent::observer::before_after_intervals(&ev.site_pokes(&sites));
-        let pairs: usize = intervals.values().map(Vec::len).sum();
-        let [off, on] = textpoke_agent::observer::inside_intervals(&watched, &intervals, &c.hits);
-        let line = format!(
-            "{pairs} BEFORE/AFTER pairs; {} of {} observed executions ended inside one ({off} took path 0, {on} path 1); {}",
-            off + on,
-            v.classified(),
-            crate::observed::summary(&c, &v)
-        );
-        if pairs > 0 && off + on > 0 {
-            Ok(line)
-        } else {
-            Err(line)
-        }
+        before_after_caught(&ev, &sites, &watched, &c, &v)
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The BEFORE/AFTER control's verdict: some observed execution ended between a site's two
+/// records, in a run whose records all arrived (a lost one would unpair the others).
+fn before_after_caught(
+    ev: &Evidence,
+    sites: &[Site],
+    watched: &[observer::Watched],
+    c: &observer::Collected,
+    v: &observer::Verdicts,
+) -> Result<String, String> {
+    completed_clean(ev)?;
+    let intervals = observer::before_after_intervals(&ev.site_pokes(sites));
+    let pairs: usize = intervals.values().map(Vec::len).sum();
+    let [off, on] = observer::inside_intervals(watched, &intervals, &c.hits);
+    let line = format!(
+        "{pairs} BEFORE/AFTER pairs; {} of {} observed executions ended inside one ({off} took path 0, {on} path 1); {}",
+        off + on,
+        v.classified(),
+        crate::observed::summary(c, v)
+    );
+    if pairs > 0 && off + on > 0 {
+        Ok(line)
+    } else {
+        Err(format!("not caught: {line}"))
     }
 }
 
@@ -980,5 +1029,114 @@ mod tests {
         let mut stray = evidence();
         stray.execs = vec![exec(2, 120, 130, 1, 0), exec(0, 120, 130, 1, 0)];
         assert!(unguarded_caught(&stray, &s).is_err());
+    }
+
+    #[test]
+    fn the_int3_control_wants_every_int3_swallowed() {
+        assert!(swallowed(0, 100).is_ok());
+        // The defect switched off: the outsider's notifier sees all of them.
+        assert!(swallowed(100, 100).unwrap_err().starts_with("not caught"));
+        // Some swallowed is another fault, and no INT3 run proves nothing.
+        assert!(swallowed(37, 100)
+            .unwrap_err()
+            .contains("not the defect's signature"));
+        assert!(swallowed(0, 0).is_err());
+    }
+
+    #[test]
+    fn the_handshake_control_wants_the_copy_to_disagree() {
+        let copy = format!(
+            "{} with its records ends unlike the text at 0x10",
+            crate::listener::COPY
+        );
+        assert!(handshake_caught(Err(copy)).is_ok());
+        assert!(handshake_caught(Ok("replayed 12 records".into()))
+            .unwrap_err()
+            .starts_with("not caught"));
+        assert!(handshake_caught(Err("perf lost 3 records".into()))
+            .unwrap_err()
+            .contains("not on the listener's copy"));
+    }
+
+    fn observed(violations: u64) -> (observer::Collected, observer::Verdicts) {
+        let v = observer::Verdicts {
+            new_ran: 10,
+            violations,
+            ..observer::Verdicts::default()
+        };
+        (observer::Collected::default(), v)
+    }
+
+    #[test]
+    fn the_observer_control_wants_violations_in_a_complete_run() {
+        let (c, v) = observed(2);
+        assert!(observer_caught(&evidence(), &c, &v).is_ok());
+        // The defect switched off: no violation.
+        let (c, clean) = observed(0);
+        assert!(observer_caught(&evidence(), &c, &clean)
+            .unwrap_err()
+            .starts_with("not caught"));
+        // Violations from a lost record, from lost hits or after an error prove nothing.
+        assert!(observer_caught(&lost(evidence()), &c, &v).is_err());
+        let mut lossy = c.clone();
+        lossy.lost = 1;
+        assert!(observer_caught(&evidence(), &lossy, &v).is_err());
+        let mut stopped = c;
+        stopped.error = Some("EBUSY".into());
+        assert!(observer_caught(&evidence(), &stopped, &v).is_err());
+    }
+
+    fn hit(time: u64, site: &Site, path: u64) -> observer::ObsHit {
+        observer::ObsHit {
+            time,
+            cpu: 1,
+            seen: textpoke_agent::bpf::SiteWord {
+                bp_addr: site.addr + 0x100 * (path + 1),
+                site: site.addr,
+                word: 0,
+                fingerprint: time,
+            },
+        }
+    }
+
+    #[test]
+    fn the_before_after_control_wants_an_execution_between_a_pair() {
+        let sites = sites();
+        let watched: Vec<observer::Watched> = sites
+            .iter()
+            .map(|s| observer::Watched {
+                index: s.index,
+                addr: s.addr,
+                on: s.on.clone(),
+                off: s.off.clone(),
+                taken: s.addr + 0x200,
+                fall: s.addr + 0x100,
+            })
+            .collect();
+        let mut paired = evidence();
+        let before = TextPokeRec {
+            new: OFF.to_vec(),
+            ..rec(0, 120)
+        };
+        paired.drain.pokes.insert(0, before);
+        let (c, v) = observed(0);
+        let inside = observer::Collected {
+            hits: vec![hit(130, &sites[0], 1)],
+            ..c.clone()
+        };
+        assert!(before_after_caught(&paired, &sites, &watched, &inside, &v).is_ok());
+        // The defect switched off: one record per change, no pair to end inside.
+        assert!(
+            before_after_caught(&evidence(), &sites, &watched, &inside, &v)
+                .unwrap_err()
+                .starts_with("not caught")
+        );
+        // A pair, but every execution outside it.
+        let outside = observer::Collected {
+            hits: vec![hit(160, &sites[0], 1)],
+            ..c
+        };
+        assert!(before_after_caught(&paired, &sites, &watched, &outside, &v).is_err());
+        assert!(before_after_caught(&lost(paired), &sites, &watched, &inside, &v).is_err());
     }
 }

@@ -31,6 +31,10 @@ use crate::kernel_patching::{self, kernel_text};
 use crate::scenario::{engine_stats, region};
 use crate::{is_x86, log};
 
+/// How every failure of the check on the listener's copy (its kcore snapshot and the records
+/// after it, against the text) names it: the handshake control is caught only by those.
+pub const COPY: &str = "the listener's copy";
+
 /// The scenario without a listener.
 const QUIET_SPEC: &str = "keys=4 sites=4 ftrace=8 flips=3 pokers=1";
 /// The storm's scenario: long enough to be under way at every start.
@@ -211,8 +215,8 @@ pub fn replay(
             .map(|(k, _)| k)
             .ok_or_else(|| {
                 format!(
-                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the \
-                     listener's copy holds {at:02x?}, no text that record or one before it \
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but \
+                     {COPY} holds {at:02x?}, no text that record or one before it \
                      left there",
                     recs[0].addr, recs[0].time, recs[0].old, recs[0].new
                 )
@@ -223,8 +227,8 @@ pub fn replay(
             // and this record completes it.
             if *at != *r.old && !(j == k && is_guard(at)) {
                 return Err(format!(
-                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but the \
-                     listener's copy with the records before it holds {at:02x?}",
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but \
+                     {COPY} with the records before it holds {at:02x?}",
                     r.addr, r.time, r.old, r.new
                 ));
             }
@@ -344,7 +348,7 @@ pub fn one_start(
         }
         if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
             return Err(format!(
-                "the listener's copy with its records ends unlike the text at {a:#x}"
+                "{COPY} with its records ends unlike the text at {a:#x}"
             ));
         }
         total.replayed += s.replayed;
