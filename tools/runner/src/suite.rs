@@ -485,6 +485,9 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
         swallowed.arch = Arch::Arm64;
         boots.push(swallowed);
     }
+    for b in &mut boots {
+        b.require.extend(groups_asked(&b.append));
+    }
     let mut checks = Vec::new();
     if suite == Suite::Test {
         checks.extend(
@@ -500,6 +503,24 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
         boots,
         checks,
     }
+}
+
+/// The agent's groups that a test boot's command line asks for, as paths the boot's document
+/// must hold: the agent plans its cases from the same command line (tools/agent/src/plan.rs),
+/// so a group it was asked for and left out of its plan, or a boot whose arguments lost the
+/// request, fails the boot by name instead of shrinking its count.
+fn groups_asked(append: &str) -> Vec<String> {
+    let args: Vec<&str> = append.split_whitespace().collect();
+    let mut groups = Vec::new();
+    if args.contains(&"textpoke.mode=test") {
+        if !args.contains(&"textpoke.controls=0") {
+            groups.push("textpoke_agent/negative_controls".to_owned());
+        }
+        if args.contains(&"textpoke.kselftest=1") {
+            groups.push("textpoke_agent/kernel_suites".to_owned());
+        }
+    }
+    groups
 }
 
 /// The host checks of `make test`, recorded by tools/test.sh with `textpoke-runner record`.
@@ -1033,7 +1054,10 @@ mod tests {
             .find(|b| b.variant == Variant::Mitigations)
             .unwrap();
         assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
-        assert_eq!(mitigations.require, TEST_SUITES);
+        assert_eq!(
+            mitigations.require,
+            [TEST_SUITES[0], TEST_SUITES[1], CONTROLS]
+        );
         assert!(mitigations.append.contains("textpoke.return_thunks=1"));
         let expected = m.expected_reports();
         let named = |source| {
@@ -1069,6 +1093,36 @@ mod tests {
         assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
         // One arch: its boots and its own harness checks only.
         assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 4);
+    }
+
+    const CONTROLS: &str = "textpoke_agent/negative_controls";
+
+    #[test]
+    fn a_group_the_command_line_asks_for_cannot_vanish() {
+        use crate::judge::{self, Outcome, Verdict};
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let boot = |name: &str| m.boots.iter().find(|b| b.name == name).unwrap().clone();
+        for name in ["x86_64-smp2", "arm64-smp2"] {
+            let want = [
+                TEST_SUITES[0],
+                TEST_SUITES[1],
+                CONTROLS,
+                "textpoke_agent/kernel_suites",
+            ];
+            assert_eq!(boot(name).require, want, "{name}");
+        }
+        assert!(boot("x86_64-smp4").require.contains(&CONTROLS.to_owned()));
+        // The KASAN boots are told not to run the controls, and are not asked for them.
+        let debug = plan(Suite::TestDebug, &[Arch::X86_64]);
+        assert_eq!(debug.boots[0].require, TEST_SUITES);
+        // A document that planned no controls (its command line lost the request) fails by name.
+        let log = "KTAP version 1\n1..2\n    KTAP version 1\n    1..1\n    ok 1 a\nok 1 textpoke_selftest\n    KTAP version 1\n    1..1\n    ok 1 scenario\nok 2 textpoke_agent\n";
+        let j = judge::judge(log, &Outcome::Exited(0), &boot("x86_64-smp4").require);
+        assert_eq!(j.verdict, Verdict::MissingKtap, "{}", j.reason);
+        assert!(j.reason.contains(CONTROLS), "{}", j.reason);
+        let with = log.replace("ok 1 scenario", "ok 1 negative_controls");
+        let j = judge::judge(&with, &Outcome::Exited(0), &boot("x86_64-smp4").require);
+        assert_eq!(j.verdict, Verdict::Pass, "{}", j.reason);
     }
 
     #[test]

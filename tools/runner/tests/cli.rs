@@ -370,13 +370,15 @@ fn parse_a_plain_serial_log() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
-/// A guest whose single KTAP document holds the two suites every test boot must show.
+/// A guest whose single KTAP document holds the two suites every test boot must show, and the
+/// agent's groups the test boots' command lines ask for.
 const SUITES_GUEST: &str = r#"
 printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
 printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
 printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
 printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
-printf '[    1.000009]     1..1\r\n[    1.000010]     ok 1 b\r\n[    1.000011] ok 2 textpoke_agent\r\n'
+printf '[    1.000009]     1..2\r\n[    1.000010]     ok 1 negative_controls\r\n'
+printf '[    1.000011]     ok 2 kernel_suites\r\n[    1.000012] ok 2 textpoke_agent\r\n'
 "#;
 
 #[test]
@@ -461,11 +463,11 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         want.push(format!("  {c}: {host}"));
     }
     assert_eq!(missing, want, "{stdout}");
-    // 2 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
+    // 3 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
     // the failures they must be (5 failed); the 3 arm64 boots and the x86_64 mitigations boot
     // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (6
     // failed); and the 9 host checks never reported.
-    assert_count(&stdout, "4 passed, 21 failed");
+    assert_count(&stdout, "6 passed, 21 failed");
 }
 
 /// The manifest `plan` wrote into `out`.
