@@ -16,8 +16,11 @@
 //! ```text
 //! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]
 //!                  [--offline] [--keep]
+//! textpoke-mutants --apply NAME --root DIR
 //! ```
 //!
+//! - `--apply`: writes one mutant into a scratch checkout `DIR` and exits, so that a kernel-only
+//!   mutant's claimed killer can be seen failing in a guest built from that checkout;
 //! - default (`make test`): every mutant against its own listed killers, and a mutant of the
 //!   table also against the cheap loom tests (all but [`EXPENSIVE`]), stopping at its first
 //!   kill;
@@ -73,10 +76,12 @@ struct Options {
     target_base: PathBuf,
     offline: bool,
     keep: bool,
+    apply: Option<String>,
 }
 
 const USAGE: &str = "usage: textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] \
-                     [--target-dir DIR] [--offline] [--keep]";
+                     [--target-dir DIR] [--offline] [--keep]\n       \
+                     textpoke-mutants --apply NAME --root DIR";
 
 fn parse_args() -> Result<Options, String> {
     let cache = std::env::var_os("TEXTPOKE_CACHE")
@@ -91,6 +96,7 @@ fn parse_args() -> Result<Options, String> {
         target_base: cache.join("cargo-mutants"),
         offline: false,
         keep: false,
+        apply: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -100,6 +106,7 @@ fn parse_args() -> Result<Options, String> {
             "--list" => o.list = true,
             "--offline" => o.offline = true,
             "--keep" => o.keep = true,
+            "--apply" => o.apply = Some(value()?),
             "--only" => o.only.push(value()?),
             "--root" => o.root = PathBuf::from(value()?),
             "--target-dir" => o.target_base = PathBuf::from(value()?),
@@ -346,6 +353,33 @@ fn shorten(s: &str, n: usize) -> String {
     out
 }
 
+/// `--apply NAME`: writes mutant `NAME` into its file under `root`, a scratch checkout, for a
+/// guest run of a kernel-only mutant (`make test` builds the module from that checkout). The
+/// source tree itself is refused: a mutant must never be committed by accident.
+fn apply_in_place(root: &Path, name: &str) -> Result<ExitCode, String> {
+    let own = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .map_err(|e| format!("the source tree: {e}"))?;
+    if root == own {
+        return Err(format!(
+            "--apply writes into {}, the tree this tool was built from: give --root a scratch \
+             clone",
+            root.display()
+        ));
+    }
+    let m = MUTANTS
+        .iter()
+        .find(|m| m.name == name)
+        .ok_or(format!("no mutant named {name} (--list lists them)"))?;
+    let path = root.join(m.file);
+    let source = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mutated = mutants::apply(m, &source)?;
+    fs::write(&path, mutated).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("applied {name} to {}: {}", path.display(), m.what);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(code) => code,
@@ -358,6 +392,9 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode, String> {
     let o = parse_args()?;
+    if let Some(name) = &o.apply {
+        return apply_in_place(&o.root, name);
+    }
     if o.list {
         for m in MUTANTS {
             let fate = match m.allowed {
