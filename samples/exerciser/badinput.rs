@@ -79,6 +79,8 @@ pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> 
             let addr = (textpoke_cpu_traps as unsafe extern "C" fn(u32) -> u64) as usize as u64;
             engine_api::register_site(module, addr, site.len)
         }
+        // This module's own first branch site, registered again.
+        b"register_over" => engine_api::register_site(module, site.addr, site.len),
         b"unsupported" => Batch::begin()?.add(site.addr, unsupported(site.len)),
         b"wrong_size" => {
             // A two-byte instruction for a longer site (x86: NOP2 for a NOP5 site; arm64: half

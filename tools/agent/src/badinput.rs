@@ -59,6 +59,12 @@ fn expected(sites: &[Site]) -> Result<Vec<Expected>, String> {
             targets: vec![],
         },
         Expected {
+            name: "register_over",
+            refusal: refusal::INSIDE_SITE,
+            needle: format!("refusing site {a:#x}: it overlaps a registered site"),
+            targets: vec![],
+        },
+        Expected {
             name: "engine_text",
             refusal: refusal::ENGINE_TEXT,
             needle: format!("refusing site {engine_text:#x}: it is in textpoke's own text"),

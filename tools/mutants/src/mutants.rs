@@ -942,11 +942,9 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[],
         hang_kills: false,
         allowed: Some(
-            "nothing in make test catches it: no guest registers a site over a registered one \
-             (the outsider only adds and unregisters at the exerciser's site). A bad-input case \
-             registering the outsider's or the exerciser's own site again, and one inside it, \
-             each expecting refusal::INSIDE_SITE and the log line \"it overlaps a registered \
-             site\", would kill it",
+            "caught in make test by the bad-input case register_over: the exerciser registers \
+             its own first branch site again, which must be refused with refusal::INSIDE_SITE \
+             and the log line \"it overlaps a registered site\"",
         ),
     },
     Mutant {
