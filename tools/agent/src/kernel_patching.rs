@@ -704,11 +704,9 @@ fn through_textpoke_of(
     } else if t.pokes.is_empty() {
         Some("the text did not change".to_string())
     } else if sites == 0 {
+        // The engine's word, and the only one: on x86 the stock path emits the same records,
+        // so nothing outside textpoke can tell who made the change.
         Some("textpoke made none of the changes".to_string())
-    } else if records != sites {
-        Some(format!(
-            "textpoke changed {sites} sites but emitted {records} records"
-        ))
     } else if !x86 && records != t.all as u64 {
         // arm64's stock path records nothing: every record is textpoke's, and perf got each.
         Some(format!(
