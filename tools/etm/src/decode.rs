@@ -1,5 +1,6 @@
 //! Scenarios: build a program, its ground-truth execution, its ETMv4 trace and a perf.data
-//! around it; decode that with the host's `perf script`; compare the decode with the truth.
+//! around it; decode that with `perf script` ([`perf()`]: the host's, or the one named in
+//! `$TEXTPOKE_PERF`); compare the decode with the truth.
 //!
 //! perf is run three times on a file: `perf script -D` (the OpenCSD packet dump, scanned for
 //! decoder errors), `perf script --itrace=i1i -F ip,sym` (every executed instruction) and
@@ -14,9 +15,21 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The perf whose decode is checked: Debian's linux-perf, which tools/install-deps.sh
-/// installs.
-pub const PERF: &str = "/usr/bin/perf";
+/// The environment variable naming the perf binary to check instead of [`DEFAULT_PERF`], for
+/// example one built by tools/perf.sh from a patched source tree.
+pub const PERF_ENV: &str = "TEXTPOKE_PERF";
+/// The perf checked by default: Debian's linux-perf, which tools/install-deps.sh installs.
+pub const DEFAULT_PERF: &str = "/usr/bin/perf";
+
+/// The perf whose decode is checked: `$TEXTPOKE_PERF` when set and not empty, else
+/// [`DEFAULT_PERF`].
+pub fn perf() -> String {
+    std::env::var(PERF_ENV)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PERF.to_owned())
+}
+
 /// Address of the user program's `.text` (a classic ET_EXEC base).
 pub const TEXT: u64 = 0x40_1000;
 /// Address of the kernel program's `_text` (an arm64 kernel's usual virtual address).
@@ -52,18 +65,34 @@ const ETM_OPT_TS: u64 = 1 << 28;
 /// Trace timestamp of the first instruction; one instruction takes [`TS_PER_INSN`].
 const TS_BASE: u64 = 1_000_000;
 const TS_PER_INSN: u64 = 10;
-/// Atoms between timestamp packets. At 2 the user program's last frame holds a timestamp,
-/// so the formatted scenarios depend on the trailing null frame of [`etm::format_frames`].
+/// Atoms between timestamp packets unless [`Scenario::ts_every`] says otherwise. At 2 the
+/// user program's last frame holds a timestamp, so the formatted scenarios depend on the
+/// trailing null frame of [`etm::format_frames`].
 const TS_EVERY: usize = 2;
 
-/// Where a TEXT_POKE record sits relative to the EXIT record, at which perf 6.12 decodes a
-/// per-thread timeless trace (cs-etm.c:2921-2931).
+/// The trace timestamp (and perf time: TIME_CONV maps them 1:1) at which the first `steps`
+/// instructions have run. A timestamp packet carries the time of the atom before it.
+pub fn time_after_steps(steps: usize) -> u64 {
+    TS_BASE + TS_PER_INSN * steps as u64
+}
+
+/// The TEXT_POKE record of a poked kernel program: where it sits relative to the EXIT record,
+/// at which perf 6.12 decodes a per-thread timeless trace (cs-etm.c:2921-2931), and its time,
+/// by which perf orders it among the other records (all in one round) and, with timestamps,
+/// places it in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PokeRecord {
-    /// Before EXIT: perf has applied the poke when it decodes.
+    /// Before EXIT, timed before the trace starts: perf has applied the poke when it decodes
+    /// a timeless trace.
     BeforeDecode,
-    /// After EXIT: perf applies the poke only after decoding.
+    /// After EXIT, timed after it: perf applies the poke only after decoding a timeless
+    /// trace.
     AfterDecode,
+    /// After EXIT in the file, but timed when the first `n` instructions had run
+    /// ([`time_after_steps`]): perf processes it before EXIT.
+    AfterSteps(usize),
+    /// No record: the site is poked while the program runs, but perf is not told.
+    Dropped,
 }
 
 /// What to build.
@@ -75,6 +104,8 @@ pub struct Scenario {
     pub kernel: bool,
     /// Timestamp packets and perf's timestamped (not timeless) decode.
     pub timestamps: bool,
+    /// Atoms between timestamp packets; `None`: two.
+    pub ts_every: Option<usize>,
     /// The user program's `end: nop` becomes `svc #0`.
     pub svc: bool,
     /// Invert the atom with this index in the trace.
@@ -256,6 +287,9 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     if s.poke.is_some() && !s.kernel {
         return Err("text pokes are modelled only for the kernel program".into());
     }
+    if s.ts_every == Some(0) {
+        return Err("a timestamp every 0 atoms".into());
+    }
     let mut p = if s.kernel {
         kernel_program()
     } else {
@@ -284,7 +318,7 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     let ts = Timestamps {
         base: TS_BASE,
         per_insn: TS_PER_INSN,
-        every: TS_EVERY,
+        every: s.ts_every.unwrap_or(TS_EVERY),
     };
     if s.timestamps {
         e.timestamp(TS_BASE);
@@ -321,7 +355,8 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
         .into(),
     };
     let tracking = pd::ATTR_MMAP | pd::ATTR_COMM | pd::ATTR_TASK | pd::ATTR_MMAP2;
-    let tracking = tracking | pd::ATTR_COMM_EXEC | bit(s.poke.is_some(), pd::ATTR_TEXT_POKE);
+    let record_poke = s.poke.is_some_and(|r| r != PokeRecord::Dropped);
+    let tracking = tracking | pd::ATTR_COMM_EXEC | bit(record_poke, pd::ATTR_TEXT_POKE);
     let dummy_attr = Attr {
         type_: 1,  // PERF_TYPE_SOFTWARE, perf_event.h:31
         config: 9, // PERF_COUNT_SW_DUMMY, perf_event.h:128
@@ -363,8 +398,10 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     let aux_flags = bit(!s.formatted, pd::PERF_AUX_FLAG_CORESIGHT_FORMAT_RAW);
     f.aux(0, aux.len() as u64, aux_flags, &etm_tr(TS_BASE - 50));
     f.exit(PID, &dummy_tr(TS_BASE + 100_000));
-    if s.poke == Some(PokeRecord::AfterDecode) {
-        poke(&mut f, TS_BASE + 100_001);
+    match s.poke {
+        Some(PokeRecord::AfterDecode) => poke(&mut f, TS_BASE + 100_001),
+        Some(PokeRecord::AfterSteps(n)) => poke(&mut f, time_after_steps(n)),
+        _ => {}
     }
     f.auxtrace(&aux, 0x1234_5678_9abc_def0, PID, u32::MAX);
     f.finished_round();
@@ -402,20 +439,23 @@ fn bit(on: bool, value: u64) -> u64 {
     }
 }
 
-/// Check that [`PERF`] runs and was built with OpenCSD (`libopencsd: [ on ]` in
+/// Check that [`perf()`] runs and was built with OpenCSD (`libopencsd: [ on ]` in
 /// `perf version --build-options`).
 pub fn require_perf() -> Result<(), String> {
-    let hint =
-        "install it with tools/install-deps.sh (Debian's linux-perf 6.12, built with libopencsd)";
-    let out = Command::new(PERF)
+    let perf = perf();
+    let hint = format!(
+        "install it with tools/install-deps.sh (Debian's linux-perf 6.12, built with \
+         libopencsd), or build one with tools/perf.sh and name it in ${PERF_ENV}"
+    );
+    let out = Command::new(&perf)
         .args(["version", "--build-options"])
         .output()
-        .map_err(|e| format!("{PERF} could not be run ({e}); {hint}"))?;
+        .map_err(|e| format!("{perf} could not be run ({e}); {hint}"))?;
     if out.status.success() && opencsd_on(&String::from_utf8_lossy(&out.stdout)) {
         Ok(())
     } else {
         Err(format!(
-            "{PERF} was built without OpenCSD (no `libopencsd: [ on ]`); {hint}"
+            "{perf} was built without OpenCSD (no `libopencsd: [ on ]`); {hint}"
         ))
     }
 }
@@ -436,7 +476,8 @@ fn opencsd_on(build_options: &str) -> bool {
 
 /// Run `perf script` on `b` with `args`; its stdout and stderr. A non-zero exit fails.
 fn perf_script(b: &Built, args: &[&str]) -> Result<(String, String), String> {
-    let mut cmd = Command::new(PERF);
+    let perf = perf();
+    let mut cmd = Command::new(&perf);
     cmd.arg("script").arg("-i").arg(&b.perf_data).args(args);
     if b.kernel {
         cmd.arg(format!("--vmlinux={}", b.elf.display()));
@@ -445,11 +486,11 @@ fn perf_script(b: &Built, args: &[&str]) -> Result<(String, String), String> {
         .env("DEBUGINFOD_URLS", "")
         .env("PAGER", "cat")
         .output()
-        .map_err(|e| format!("running {PERF} script {args:?}: {e}"))?;
+        .map_err(|e| format!("running {perf} script {args:?}: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
         return Err(format!(
-            "{PERF} script {args:?} failed ({}): {}",
+            "{perf} script {args:?} failed ({}): {}",
             out.status,
             stderr.trim()
         ));
@@ -504,7 +545,7 @@ pub struct Decoded {
     pub unexpected_stderr: Vec<String>,
 }
 
-/// Decode `b` with [`PERF`].
+/// Decode `b` with [`perf()`].
 pub fn decode(b: &Built) -> Result<Decoded, String> {
     let (dump, dump_err) = perf_script(b, &["-D"])?;
     let (insns, insns_err) = perf_script(b, &["--itrace=i1i", "-F", "ip,sym"])?;

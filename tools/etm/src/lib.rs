@@ -53,8 +53,13 @@
 //! - cs-etm does not apply TEXT_POKE records in time order: `machine__process_text_poke`
 //!   (machine.c:788-829) writes the new bytes into perf's copy of kernel text when the record
 //!   is processed, so a whole per-thread, timeless trace is decoded against the bytes perf holds
-//!   when it decodes (a CPU-wide trace with timestamps is not covered yet).
-//!   The test `text_poke_is_applied_at_decode_time` pins this down.
+//!   when it decodes (`text_poke_is_applied_at_decode_time`), and a timestamped one, decoded at
+//!   the final flush, against the bytes of the last record
+//!   (`timestamped_text_poke_is_applied_at_the_end_of_the_decode`). Patch 0012 of the series
+//!   (tools/patches) makes cs-etm apply the records in time order on timestamped traces; the
+//!   ignored tests `timestamped_text_poke_is_applied_in_time_order` and
+//!   `dropped_or_late_text_poke_fails_the_comparison` check a perf built with it
+//!   (tools/perf.sh), named in `$TEXTPOKE_PERF`.
 //!
 //! # Not covered
 //!

@@ -1,11 +1,46 @@
-//! Synthetic ETMv4 traces decoded by the host's real perf (/usr/bin/perf with OpenCSD),
-//! compared with the interpreter's truth. These tests need that perf: without it, or without
-//! OpenCSD, they fail and name tools/install-deps.sh.
+//! Synthetic ETMv4 traces decoded by the host's real perf (/usr/bin/perf with OpenCSD, or the
+//! perf named in `$TEXTPOKE_PERF`), compared with the interpreter's truth. These tests need
+//! that perf: without it, or without OpenCSD, they fail and name tools/install-deps.sh.
+//!
+//! The ignored tests need a perf whose cs-etm applies TEXT_POKE records in time order
+//! (tools/patches/0012, built by tools/perf.sh), and fail with any other:
+//! `TEXTPOKE_PERF=OUT/perf cargo test -p textpoke-etm -- --ignored`. Against that perf,
+//! `timestamped_text_poke_is_applied_at_the_end_of_the_decode` fails instead: it pins down
+//! the unpatched behaviour.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use textpoke_etm::a64::Kind;
 use textpoke_etm::decode::{self, Built, Comparison, Decoded, Difference, PokeRecord, Scenario};
+
+/// The kernel program's words (KTEXT + 4i) as addresses.
+fn kernel_words(words: &[u64]) -> Vec<u64> {
+    words.iter().map(|w| decode::KTEXT + 4 * w).collect()
+}
+
+/// The kernel program's execution when its site is poked after the first iteration.
+const POKED_TRUTH: [u64; 9] = [0, 1, 2, 3, 4, 1, 3, 4, 5];
+/// The kernel program decoded with the NOP everywhere (the poke applied after the trace).
+const UNPOKED_DECODE: [u64; 14] = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5];
+/// The kernel program decoded with `b skip` everywhere (the poke applied before the trace).
+const POKED_DECODE: [u64; 8] = [0, 1, 3, 4, 1, 2, 3, 4];
+
+/// The kernel program with a timestamp after every atom, so that one follows the first
+/// iteration (at [`decode::time_after_steps`]`(5)`), raw and formatted.
+fn dense_timestamps(poke: Option<PokeRecord>) -> [(&'static str, Scenario); 2] {
+    let raw = Scenario {
+        kernel: true,
+        timestamps: true,
+        ts_every: Some(1),
+        poke,
+        ..Scenario::default()
+    };
+    let formatted = Scenario {
+        formatted: true,
+        ..raw
+    };
+    [("raw", raw), ("formatted", formatted)]
+}
 
 /// A directory under the system temporary directory, unique to this process and test,
 /// removed when dropped (also when the test fails).
@@ -168,8 +203,9 @@ fn flipped_atom_fails_the_comparison_at_that_branch() {
     }
 }
 
-/// Characterizes Debian perf 6.12.95's cs-etm, and is expected to change once cs-etm applies
-/// TEXT_POKE records in time order: a kernel site is decoded with the bytes perf holds when
+/// Characterizes perf 6.12's cs-etm in a timeless decode, with or without
+/// tools/patches/0012 (which leaves timeless decoding alone: without timestamps a record
+/// cannot be placed in the trace): a kernel site is decoded with the bytes perf holds when
 /// it decodes, not the bytes in effect when the instruction ran.
 ///
 /// The kernel program (word i at KTEXT + 4i) runs `0 mov; 1 nop; 2 nop; 3 subs; 4 b.ne 1;
@@ -212,5 +248,78 @@ fn text_poke_is_applied_at_decode_time() {
             cmp.dump_errors.is_empty(),
             "{poke:?}: the wrong decode is silent"
         );
+    }
+}
+
+/// A kernel trace with a timestamp after every atom decodes to the truth: the timestamps
+/// the TEXT_POKE tests below rely on do not disturb the decode.
+#[test]
+fn kernel_trace_with_dense_timestamps_decodes_to_the_truth() {
+    assert_decodes_to_truth("dense-ts", &dense_timestamps(None));
+}
+
+/// Characterizes Debian perf 6.12.95's cs-etm (and unpatched 6.12.117's), and fails against
+/// a perf with tools/patches/0012: with timestamps, cs-etm decodes everything when the
+/// session ends (cs_etm__flush_events), after every TEXT_POKE record has been applied, so
+/// a poke timed between the two iterations (the timestamp packet after the first
+/// iteration carries that time) is applied to the whole trace. The decode is wrong and
+/// OpenCSD reports nothing.
+#[test]
+fn timestamped_text_poke_is_applied_at_the_end_of_the_decode() {
+    let tmp = TempDir::new("ts-poke-stock");
+    for (name, s) in dense_timestamps(Some(PokeRecord::AfterSteps(5))) {
+        let (built, decoded, cmp) = decode_in(&tmp.sub(name), &s);
+        assert_eq!(built.truth.insns, kernel_words(&POKED_TRUTH), "the truth");
+        assert_eq!(
+            decoded.insns,
+            kernel_words(&POKED_DECODE),
+            "{name}: perf's decode"
+        );
+        assert!(cmp.check().is_err(), "{name}");
+        assert!(
+            cmp.dump_errors.is_empty(),
+            "{name}: the wrong decode is silent: {:?}",
+            cmp.dump_errors
+        );
+    }
+}
+
+/// With tools/patches/0012, cs-etm decodes the trace up to a TEXT_POKE record's time with
+/// the old bytes and the rest with the new ones: the poke timed between the two iterations
+/// decodes exactly to the truth, every instruction and branch, with no decoder error.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see the file's documentation)"]
+fn timestamped_text_poke_is_applied_in_time_order() {
+    assert_decodes_to_truth(
+        "ts-poke-ordered",
+        &dense_timestamps(Some(PokeRecord::AfterSteps(5))),
+    );
+}
+
+/// The control of `timestamped_text_poke_is_applied_in_time_order`: the same trace with the
+/// record dropped, or timed after the second iteration, is decoded with the NOP
+/// everywhere, and the comparison fails at the first instruction after the poke.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see the file's documentation)"]
+fn dropped_or_late_text_poke_fails_the_comparison() {
+    let tmp = TempDir::new("ts-poke-control");
+    for poke in [PokeRecord::Dropped, PokeRecord::AfterSteps(9)] {
+        for (name, s) in dense_timestamps(Some(poke)) {
+            let (built, decoded, cmp) = decode_in(&tmp.sub(&format!("{poke:?}-{name}")), &s);
+            assert_eq!(built.truth.insns, kernel_words(&POKED_TRUTH), "the truth");
+            assert_eq!(
+                decoded.insns,
+                kernel_words(&UNPOKED_DECODE),
+                "{poke:?} {name}: perf's decode"
+            );
+            let d = cmp.insns.clone().expect("the instruction lists differ");
+            assert_eq!(d.index, 6, "{poke:?} {name}: after the poked site");
+            assert!(cmp.check().is_err(), "{poke:?} {name}");
+            assert!(
+                cmp.dump_errors.is_empty(),
+                "{poke:?} {name}: {:?}",
+                cmp.dump_errors
+            );
+        }
     }
 }
