@@ -5,8 +5,9 @@
 #
 # `run` (make run, make bench): the kernel toolchain, QEMU, perf, the Rust pieces the module
 # and the guests need. `test` (make test, make test-debug) adds what only the tests need:
-# cargo-fuzz, and clang 19 for the kernels built as distributions build them (tools/kernel.sh:
-# the x86_64 mitigations and arm64 kasan kernels).
+# cargo-fuzz, clang 19 for the kernels built as distributions build them (tools/kernel.sh:
+# the x86_64 mitigations and arm64 kasan kernels), and OpenCSD's headers for the perf with the
+# series' cs-etm patch (tools/perf.sh).
 #
 # Idempotent: each step first checks whether its result is already present, so the make
 # targets call this unconditionally and a warm machine pays only for the checks.
@@ -103,7 +104,9 @@ apt_packages() {
 		[ -n "$(installed_version "$p")" ] || missing+=("$p")
 	done
 	if [ "$PROFILE" = test ]; then
-		for p in clang-19 lld-19 llvm-19 libclang-19-dev; do
+		# clang 19 for the kernels built as distributions build them; OpenCSD's headers for
+		# the perf that tools/perf.sh builds with the series' cs-etm patch.
+		for p in clang-19 lld-19 llvm-19 libclang-19-dev libopencsd-dev; do
 			[ -n "$(installed_version "$p")" ] || missing+=("$p")
 		done
 	fi

@@ -13,7 +13,8 @@
 # 1. host: the workspace's tests (codecs, table, planner, model, record codec, installer,
 #    runner, agent), loom on the pending table, the scripted mutants, a short fuzz run of every
 #    target, clippy and rustfmt;
-# 2. meanwhile, in the foreground: kernels, checkpatch on the kernel patch series, `make
+# 2. meanwhile, in the foreground: kernels, checkpatch on the kernel patch series, perf built
+#    with the series' cs-etm patch and its synthetic-trace decode, `make
 #    CLIPPY=1` of the modules (production and debug builds) per arch, and the guests. The host
 #    checks are mostly single-threaded (loom, the mutants, the fuzz runs) and so are the
 #    module builds, so the two lanes share the two cores instead of taking turns; the host
@@ -129,6 +130,32 @@ checkpatch() {
 }
 step "checkpatch --strict on tools/patches"
 check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
+
+# perf with the series' cs-etm patch (0012), built from the patched source: a synthetic
+# CoreSight trace whose kernel text is poked mid-way must decode to the truth, and a dropped or
+# late record must fail the comparison (tools/etm's ignored tests, which Debian's perf fails).
+# Every ignored test of the file must have run and passed.
+perf_cs_etm() {
+	local src=$cache/kernel/patched log want have
+	[ -f "$src/tools/perf/Makefile.perf" ] || { echo "no patched source in $src (kernel build failed?)"; return 1; }
+	tools/perf.sh "$src" "$build/perf" || return 1
+	log=$(mktemp)
+	env TEXTPOKE_PERF="$build/perf/perf" CARGO_TARGET_DIR="$build/cargo-etm" \
+		cargo test --release -p textpoke-etm --test perf_decode -- --ignored 2>&1 | tee "$log" || {
+		rm -f "$log"
+		return 1
+	}
+	want=$(grep -c '^#\[ignore' tools/etm/tests/perf_decode.rs)
+	have=$(grep -cE '^test [^ ]+ \.\.\. ok$' "$log")
+	rm -f "$log"
+	if [ "$want" -eq 0 ] || [ "$have" -ne "$want" ]; then
+		echo "perf-cs-etm: $have of the $want tests that need the patched perf passed"
+		return 1
+	fi
+}
+step "perf with the cs-etm patch: build, and decode across a text poke"
+check perf-cs-etm "the patched perf's decode across a TEXT_POKE" -- perf_cs_etm
+tail -n 1 "$out/perf-cs-etm.log"
 
 # Both builds of the modules, under clippy, must be free of warnings.
 lint() {

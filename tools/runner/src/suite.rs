@@ -532,6 +532,7 @@ pub const HOST_CHECKS: &[&str] = &[
     "clippy",
     "rustfmt",
     "checkpatch",
+    "perf-cs-etm",
 ];
 
 /// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary. `name` must
@@ -1083,6 +1084,7 @@ mod tests {
                 "clippy",
                 "rustfmt",
                 "checkpatch",
+                "perf-cs-etm",
                 "lint-x86_64",
                 "lint-arm64"
             ]

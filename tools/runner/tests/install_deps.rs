@@ -48,8 +48,14 @@ const BASE: [&str; 18] = [
 ];
 
 /// What the `test` profile adds to [`BASE`], in the same install: clang 19 for the kernels built
-/// as distributions build them.
-const TEST_ONLY: [&str; 4] = ["clang-19", "lld-19", "llvm-19", "libclang-19-dev"];
+/// as distributions build them, OpenCSD's headers for the patched perf.
+const TEST_ONLY: [&str; 5] = [
+    "clang-19",
+    "lld-19",
+    "llvm-19",
+    "libclang-19-dev",
+    "libopencsd-dev",
+];
 
 const BOOKWORM: &str = "bookworm";
 const BACKPORTS: &str = "bookworm-backports";
@@ -78,6 +84,7 @@ const ARCHIVE: &[(&str, &str, &str)] = &[
     ("lld-19", "1:19.1.7-3~deb12u1", BOOKWORM),
     ("llvm-19", "1:19.1.7-3~deb12u1", BOOKWORM),
     ("libclang-19-dev", "1:19.1.7-3~deb12u1", BOOKWORM),
+    ("libopencsd-dev", "1.3.3-1", BOOKWORM),
     ("linux-source-6.12", OLDER_SOURCE, BOOKWORM),
     ("linux-source-6.12", PINNED, BOOKWORM),
     ("qemu-system-x86", "1:7.2+dfsg-7+deb12u16", BOOKWORM),
