@@ -142,6 +142,13 @@ impl Hotplugger {
 /// is the scheduler's, not what this group tests, so the server is off on that CPU meanwhile
 /// (runtime 0 through `/sys/kernel/debug/sched/fair_server`, where `dl_server_stop()` and
 /// `dl_server_start()` do nothing) and its runtime is put back after.
+///
+/// The write itself must find the server running: 6.12's `sched_fair_server_write()` calls
+/// `dl_server_stop()` whether or not the server is active (mainline tests
+/// `dl_server_active()` first), and stopping a server that already stopped takes its bandwidth
+/// off the runqueue a second time (a `WARN` in `__sub_running_bw()`, seen on arm64 at the write).
+/// A task of the fair class running on that CPU keeps its server started, so the write is made
+/// while one spins there.
 struct FairServerOff {
     path: String,
     runtime: String,
@@ -154,7 +161,8 @@ impl FairServerOff {
         let Ok(runtime) = sys::read_text(&path) else {
             return Ok(None);
         };
-        sys::write_file(&path, b"0").map_err(|e| format!("writing 0 to {path}: {e}"))?;
+        on_busy_cpu(cpu, || sys::write_file(&path, b"0"))
+            .map_err(|e| format!("writing 0 to {path}: {e}"))?;
         Ok(Some(Self {
             path,
             runtime: runtime.trim().to_owned(),
@@ -167,6 +175,33 @@ impl FairServerOff {
             .map(drop)
             .map_err(|e| format!("writing {} back to {}: {e}", self.runtime, self.path))
     }
+}
+
+/// Runs `f` while a thread of the fair class spins on CPU `cpu` (see [`FairServerOff`]); not
+/// at all if no thread could be pinned there.
+fn on_busy_cpu<T>(cpu: u32, f: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (pinned_tx, pinned) = std::sync::mpsc::channel();
+    let spinner = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            // Returns once the thread runs on `cpu`: the kernel migrates the caller first.
+            let on = sys::set_affinity(&[cpu]);
+            let spin = on.is_ok();
+            let _ = pinned_tx.send(on);
+            while spin && !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let on = pinned
+        .recv()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the spinning thread died")))
+        .map_err(|e| std::io::Error::other(format!("pinning a thread to cpu{cpu}: {e}")));
+    let out = on.and_then(|()| f());
+    stop.store(true, Ordering::Relaxed);
+    let _ = spinner.join();
+    out
 }
 
 /// Every hotplug case, as one group.
