@@ -155,7 +155,7 @@ perf_cs_etm() {
 }
 step "perf with the cs-etm patch: build, and decode across a text poke"
 check perf-cs-etm "the patched perf's decode across a TEXT_POKE" -- perf_cs_etm
-tail -n 1 "$out/perf-cs-etm.log"
+grep '^test result:' "$out/perf-cs-etm.log" | tail -n 1
 
 # Both builds of the modules, under clippy, must be free of warnings.
 lint() {

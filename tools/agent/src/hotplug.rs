@@ -251,16 +251,18 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     // The scenario again and again until enough operations overlapped a batch (or its time is
     // up): every run is judged in full, and each check is one case for all of them, so that the
     // boot's plan does not depend on how many runs that took.
+    let shape = scenario::Shape::parse(&spec);
     let mut runs = Vec::new();
     loop {
-        let k = runs.len();
-        runs.push(scenario::case(
-            &format!("run_{k}"),
-            &spec,
-            traps,
-            sites,
-            kcore,
-        ));
+        let name = format!("run_{}", runs.len());
+        let shape = match &shape {
+            Ok(shape) => shape,
+            Err(e) => {
+                runs.push(Case::fail(name, e.clone()));
+                break;
+            }
+        };
+        runs.push(scenario::case(&name, &spec, shape, traps, sites, kcore));
         if plug.overlapping() >= MIN_OVERLAPPING || start.elapsed() > SCENARIO_LIMIT {
             break;
         }

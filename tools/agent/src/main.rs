@@ -269,7 +269,7 @@ fn test_suite(ktap: &mut Ktap) {
                 cases.push(match scenario::Shape::parse(spec) {
                     Ok(shape) => {
                         let traps = scenario::TrapsWanted::for_spec(*min_trapped, &shape, cpus);
-                        scenario::case(name, spec, traps, &sites, &kcore)
+                        scenario::case(name, spec, &shape, traps, &sites, &kcore)
                     }
                     Err(e) => Case::fail(*name, e),
                 });
@@ -395,7 +395,7 @@ fn demo(ktap: &mut Ktap) {
                     narrate(spec, &ev, &sites);
                     let cpus = sys::online_cpus().map_or(0, |c| c.len());
                     let traps = scenario::TrapsWanted::for_spec(1, &shape, cpus);
-                    let case = scenario::judge("demo_scenario", spec, traps, &ev, &sites);
+                    let case = scenario::judge("demo_scenario", spec, &shape, traps, &ev, &sites);
                     log(&format!(
                         "demo checks: {}",
                         if case.passed() {

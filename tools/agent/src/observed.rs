@@ -170,11 +170,12 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     crate::log(&format!("observer: {line}"));
     let cpus = textpoke_agent::sys::online_cpus().map_or(0, |c| c.len());
     let steps = steps_wanted(crate::is_x86(), cpus);
-    let traps = match scenario::Shape::parse(SPEC) {
-        Ok(shape) => scenario::TrapsWanted::for_spec(1, &shape, cpus),
+    let shape = match scenario::Shape::parse(SPEC) {
+        Ok(shape) => shape,
         Err(e) => return Case::fail(NAME, e),
     };
-    let scenario = scenario::judge("scenario", SPEC, traps, &ev, sites);
+    let traps = scenario::TrapsWanted::for_spec(1, &shape, cpus);
+    let scenario = scenario::judge("scenario", SPEC, &shape, traps, &ev, sites);
     let children = vec![
         scenario,
         Case::check(

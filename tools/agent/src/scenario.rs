@@ -295,9 +295,16 @@ impl Shape {
 }
 
 /// Runs a scenario and judges it, as a KTAP subtest, wanting `traps`.
-pub fn case(name: &str, spec: &str, traps: TrapsWanted, sites: &[Site], kcore: &Kcore) -> Case {
+pub fn case(
+    name: &str,
+    spec: &str,
+    shape: &Shape,
+    traps: TrapsWanted,
+    sites: &[Site],
+    kcore: &Kcore,
+) -> Case {
     match run(spec, sites, kcore) {
-        Ok(ev) => judge(name, spec, traps, &ev, sites),
+        Ok(ev) => judge(name, spec, shape, traps, &ev, sites),
         Err(e) => Case::fail(name, e),
     }
 }
@@ -447,15 +454,18 @@ pub fn trap_bits_disagree(
 
 /// The checks of one scenario's evidence; the guarded kinds must have the trapped executions
 /// `traps` asks for.
-pub fn judge(name: &str, spec: &str, traps: TrapsWanted, ev: &Evidence, sites: &[Site]) -> Case {
+pub fn judge(
+    name: &str,
+    spec: &str,
+    shape: &Shape,
+    traps: TrapsWanted,
+    ev: &Evidence,
+    sites: &[Site],
+) -> Case {
     let ours = ev.site_pokes(sites);
     let (base, _) = region(sites);
     let aarch64 = cfg!(target_arch = "aarch64");
-    let shape = match Shape::parse(spec) {
-        Ok(shape) => shape,
-        Err(e) => return Case::fail(name, e),
-    };
-    let kinds = spec_kinds(&shape, aarch64);
+    let kinds = spec_kinds(shape, aarch64);
     let mut children = Vec::new();
     let committed = ev.batches.iter().filter(|b| b.errno == 0).count();
     children.push(Case::check(
@@ -805,7 +815,8 @@ mod tests {
     fn trap_case(counts: &[(&str, u64, u64)], traps: TrapsWanted, name: &str) -> Option<bool> {
         let spec = "keys=3 sites=4 ftrace=8 flips=5 pokers=3";
         let sites = [site(0, "jmp32", 0x100)];
-        let case = judge("s", spec, traps, &trap_evidence(counts), &sites);
+        let shape = Shape::parse(spec).unwrap();
+        let case = judge("s", spec, &shape, traps, &trap_evidence(counts), &sites);
         let textpoke_agent::ktap::CaseResult::Group(children) = case.result else {
             panic!("judge returns a group");
         };
