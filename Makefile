@@ -40,7 +40,7 @@ ARCHES := $(if $(filter command line,$(origin ARCH)),$(ARCH),x86_64 arm64)
 # `make CLIPPY=1 modules` runs clippy-driver over the Rust modules, as for in-tree code.
 export CLIPPY
 
-.PHONY: run test test-debug bench deps deps-test kernel modules clean distclean
+.PHONY: run test test-debug test-full bench deps deps-test kernel modules clean distclean
 
 ## Demo: build what is missing, boot both arches, print the results.
 run: deps
@@ -52,7 +52,11 @@ test: deps-test
 
 ## The guest suite and the unload stress on a KASAN + lockdep kernel, per arch; ends with "N passed, M failed".
 test-debug: deps-test
-	@tools/test-debug.sh $(ARCHES)
+	@tools/boots.sh test-debug $(ARCHES)
+
+## The guest suite with all of the kernel's ftracetest cases that change text (hours; in no other target).
+test-full: deps-test
+	@tools/boots.sh test-full $(ARCHES)
 
 ## Benchmarks against the kernel's own mechanisms, measured in the same boot (not part of test).
 bench: deps

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 #
-# What tools/run.sh, tools/test.sh, tools/test-debug.sh and tools/bench.sh share: sourced, not
+# What tools/run.sh, tools/test.sh, tools/boots.sh and tools/bench.sh share: sourced, not
 # run. Each of them plans its boots with the runner and builds only the guests the plan names.
 #
 # Sets: top (the checkout), cache ($TEXTPOKE_CACHE), build (this checkout's build products),

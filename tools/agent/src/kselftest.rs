@@ -59,8 +59,20 @@ pub const FTRACE_SUBSET: &[&str] = &[
     "ftrace/func_mod_trace.tc",
 ];
 
-/// How long one ftracetest run may take before it counts as hung.
+/// How long one ftracetest run of [`FTRACE_SUBSET`] may take before it counts as hung.
 const FTRACETEST_LIMIT: Duration = Duration::from_secs(1200);
+
+/// How long each case of another selection (`textpoke.kselftest_dirs`) may take: the function
+/// tracer's own cases turn tracing on for every kernel function, minutes each under TCG.
+const FTRACETEST_CASE_LIMIT: Duration = Duration::from_secs(180);
+
+/// How long one ftracetest run of `cases` may take before it counts as hung.
+fn ftracetest_limit(cases: usize) -> Duration {
+    if sys::cmdline_param("textpoke.kselftest_dirs").is_none() {
+        return FTRACETEST_LIMIT;
+    }
+    FTRACETEST_CASE_LIMIT.saturating_mul(u32::try_from(cases).unwrap_or(u32::MAX))
+}
 
 /// Where tools/initramfs.sh packs the livepatch selftests (tools/testing/selftests/livepatch of
 /// the same source), their test modules built in `test_modules/`: for the kernels with livepatch,
@@ -239,7 +251,7 @@ fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
         text
     });
     // Its exit status is not read: the KTAP says what passed.
-    wait_limited(&mut child, FTRACETEST_LIMIT, "ftracetest")?;
+    wait_limited(&mut child, ftracetest_limit(cases.len()), "ftracetest")?;
     let text = reader
         .join()
         .map_err(|_| "ftracetest: the output reader panicked")?;

@@ -37,6 +37,9 @@ pub enum Suite {
     Bench,
     /// `make test-debug`: the guest test suite and the unload stress on the KASAN kernel.
     TestDebug,
+    /// `make test-full`: the guest test suite with all of the kernel's ftracetest directories
+    /// that change text, with and without textpoke; hours under TCG, so in no other target.
+    TestFull,
 }
 
 /// Which kernel (and initramfs) a boot needs.
@@ -359,6 +362,25 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 stress.append.push(' ');
                 stress.append.push_str(KASAN_APPEND);
                 boots.push(stress);
+            }
+            Suite::TestFull => {
+                // `make test`'s -smp 2 boot with all of FTRACE_DIRS (tools/agent/src/
+                // kselftest.rs) instead of its subset: the function tracer's own cases and
+                // ftrace direct calls, minutes each, twice. The negative controls stay in
+                // `make test`, which runs them on this kernel.
+                let mut full = guest(
+                    arch,
+                    &format!("{arch}-full"),
+                    2,
+                    1024,
+                    "test",
+                    "textpoke_agent",
+                );
+                full.append.push_str(
+                    " textpoke.kselftest=1 textpoke.kselftest_dirs=all textpoke.controls=0",
+                );
+                full.timeout = 4 * 3600;
+                boots.push(full);
             }
             Suite::Test => {
                 let mut smp2 = guest(
@@ -1216,6 +1238,30 @@ mod tests {
         assert_eq!(m.boots[1].require, ["textpoke_selftest", STRESS_SUITE]);
         assert!(m.checks.is_empty());
         assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 2);
+    }
+
+    #[test]
+    fn test_full_runs_all_of_ftracetest_on_the_patched_kernel_and_requires_it() {
+        let m = plan(Suite::TestFull, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["x86_64-full", "arm64-full"]);
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Patched),
+                (Arch::Arm64, Variant::Patched)
+            ]
+        );
+        for b in &m.boots {
+            assert!(b.append.contains("textpoke.kselftest_dirs=all"));
+            // The kernel suites cannot drop out of the document unnoticed.
+            assert!(b
+                .require
+                .iter()
+                .any(|r| r == "textpoke_agent/kernel_suites"));
+            assert_eq!(b.expect, Verdict::Pass);
+        }
+        assert!(m.checks.is_empty());
     }
 
     #[test]
