@@ -851,9 +851,11 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[],
         hang_kills: false,
         allowed: Some(
-            "caught in make test where seeded defect 10 (the swallowed foreign trap) is: on x86 \
-             by the outsider's foreign_int3_reaches_its_owner (its die notifier, below \
-             textpoke's hook, misses its INT3s); on arm64 by the harness boot \
+            "caught in make test before the check seeded defect 10 (the swallowed foreign trap) \
+             meets: booted on x86_64-smp2, the kernel oopses (invalid opcode) once the outsider's \
+             change_under_kprobe has run, a splat that fails the boot; the checks of defect 10 \
+             would follow: on x86 the outsider's foreign_int3_reaches_its_owner (its die \
+             notifier, below textpoke's hook, misses its INT3s), on arm64 the harness boot \
              harness-foreign-brk, which wants the Oops - BRK of a BRK #0x008 that is not \
              textpoke's (claimed without a skip, it traps again for ever: no Oops)",
         ),
@@ -866,8 +868,12 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[],
         hang_kills: false,
         allowed: Some(
-            "caught in make test by every scenario's trap_bits_agree: the executors see their \
-             trapped executions (the CPU's word) that textpoke_cpu_traps() did not count",
+            "caught in make test when textpoke loads: its own selftest trap_emulates_jmp_rel32 \
+             (textpoke_selftest) finds the new path taken without a counted trap and the module \
+             refuses to load (booted on x86_64-smp2: 18 failures, the agent's groups with it); \
+             with the selftest passing, every scenario's trap_bits_agree would follow: the \
+             executors see trapped executions (the CPU's word) that textpoke_cpu_traps() did \
+             not count",
         ),
     },
     // kernel/patcher.rs (kernel-only): the kernel's own changes.
@@ -879,9 +885,12 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[],
         hang_kills: false,
         allowed: Some(
-            "caught in make test by kernel_patching's first transition, sched_schedstats_on \
-             (the text did not change although the kernel handed its jump labels to textpoke), \
-             and by module_keys_read_right and kernel_static_keys_selftest",
+            "caught in make test by the kernel itself on arm64: ftrace checks each change it \
+             hands over and calls ftrace_bug (WARN, \"ftrace failed to modify\"), a splat that \
+             fails the boot (booted on arm64-smp2: at 43 s); on x86 kernel_patching's first \
+             transition, sched_schedstats_on (the text did not change although the kernel \
+             handed its jump labels to textpoke), module_keys_read_right and \
+             kernel_static_keys_selftest",
         ),
     },
     Mutant {
@@ -895,9 +904,12 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[],
         hang_kills: false,
         allowed: Some(
-            "caught in make test by module_keys_read_right (the keys module sees its branches \
-             disagree with its keys), kernel_static_keys_selftest (test_static_keys fails) and \
-             every kernel_patching transition (the text did not change)",
+            "caught in make test by the kernel itself on arm64: ftrace's check of the change it \
+             handed over fails and calls ftrace_bug (WARN, \"ftrace failed to modify\"), a splat \
+             that fails the boot (booted on arm64-smp2: at 11 s); on x86 module_keys_read_right \
+             (the keys module sees its branches disagree with its keys), \
+             kernel_static_keys_selftest (test_static_keys fails) and every kernel_patching \
+             transition (the text did not change)",
         ),
     },
     Mutant {
@@ -913,7 +925,11 @@ pub const MUTANTS: &[Mutant] = &[
         allowed: Some(
             "caught in make test by every kernel_patching transition (sched_schedstats_on \
              first): the text changed, by the kernel's own path, and textpoke's kernel.sites \
-             did not move (\"textpoke made none of the changes\")",
+             did not move (\"textpoke made none of the changes\"); booted on x86_64-smp2, 29 \
+             failures, the listener's and hotplug's kernel checks among them. Every one rests on \
+             textpoke's counters: the kernel's own path makes each change correctly, and on x86 \
+             records each; on arm64, whose stock path records nothing, perf would see no \
+             TEXT_POKE record for the changes",
         ),
     },
     Mutant {
