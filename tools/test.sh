@@ -133,8 +133,8 @@ check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
 
 # perf with the series' cs-etm patch (0012), built from the patched source: a synthetic
 # CoreSight trace whose kernel text is poked mid-way must decode to the truth, and a dropped or
-# late record must fail the comparison (tools/etm's ignored tests, which Debian's perf fails).
-# Every ignored test of the file must have run and passed.
+# late record must fail the comparison (tools/etm's ignored tests). Every ignored test of the
+# file must have run and passed, and the in-order one must fail with Debian's perf.
 perf_cs_etm() {
 	local src=$cache/kernel/patched log want have
 	[ -f "$src/tools/perf/Makefile.perf" ] || { echo "no patched source in $src (kernel build failed?)"; return 1; }
@@ -147,15 +147,29 @@ perf_cs_etm() {
 	}
 	want=$(grep -c '^#\[ignore' tools/etm/tests/perf_decode.rs)
 	have=$(grep -cE '^test [^ ]+ \.\.\. ok$' "$log")
-	rm -f "$log"
 	if [ "$want" -eq 0 ] || [ "$have" -ne "$want" ]; then
+		rm -f "$log"
 		echo "perf-cs-etm: $have of the $want tests that need the patched perf passed"
 		return 1
 	fi
+	# The control: Debian's perf, without the patch, must fail the in-order test, and by
+	# decoding the poked site wrongly (the comparison's message), not for any other reason.
+	env -u TEXTPOKE_PERF CARGO_TARGET_DIR="$build/cargo-etm" \
+		cargo test --release -p textpoke-etm --test perf_decode -- --ignored --exact \
+		timestamped_text_poke_is_applied_in_time_order >"$log" 2>&1
+	if ! grep -q '^test timestamped_text_poke_is_applied_in_time_order \.\.\. FAILED$' "$log" ||
+		! grep -q 'instructions differ first at #' "$log"; then
+		cat "$log"
+		rm -f "$log"
+		echo "perf-cs-etm: Debian's perf was not caught decoding the poked site wrongly"
+		return 1
+	fi
+	rm -f "$log"
+	echo "perf-cs-etm: Debian's perf, without the patch, decodes the poked site wrongly (caught)"
 }
 step "perf with the cs-etm patch: build, and decode across a text poke"
 check perf-cs-etm "the patched perf's decode across a TEXT_POKE" -- perf_cs_etm
-grep '^test result:' "$out/perf-cs-etm.log" | tail -n 1
+grep -E '^(test result:|perf-cs-etm: )' "$out/perf-cs-etm.log" | tail -n 2
 
 # Both builds of the modules, under clippy, must be free of warnings.
 lint() {
