@@ -55,13 +55,13 @@ const TRCIDR2: u64 = 0x0000_0488;
 const TRCIDR8: u64 = 0;
 const TRCAUTHSTATUS: u64 = 0xCC;
 /// TRCCONFIGR.CID (bit 6, `ETM4_CFG_BIT_CTXTID`, coresight-pmu.h:42).
-const TRCCONFIGR_CID: u64 = 1 << 6;
+pub(crate) const TRCCONFIGR_CID: u64 = 1 << 6;
 /// TRCCONFIGR.TS (bit 11, `ETM4_CFG_BIT_TS`, coresight-pmu.h:44).
-const TRCCONFIGR_TS: u64 = 1 << 11;
+pub(crate) const TRCCONFIGR_TS: u64 = 1 << 11;
 /// `ETM_OPT_CTXTID` (coresight-pmu.h:34) in the attr's config.
-const ETM_OPT_CTXTID: u64 = 1 << 14;
+pub(crate) const ETM_OPT_CTXTID: u64 = 1 << 14;
 /// `ETM_OPT_TS` (coresight-pmu.h:36): without it perf decodes timeless (cs-etm.c:3029).
-const ETM_OPT_TS: u64 = 1 << 28;
+pub(crate) const ETM_OPT_TS: u64 = 1 << 28;
 /// Trace timestamp of the first instruction; one instruction takes [`TS_PER_INSN`].
 const TS_BASE: u64 = 1_000_000;
 const TS_PER_INSN: u64 = 10;
@@ -257,7 +257,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
 /// AUXTRACE_INFO's `priv[]` words: the global header and one ETMv4 block for
 /// CPU 0. The block's size must equal what perf parses (cs-etm.c:3518); with eight trace
 /// parameters and TS_SOURCE = 1 perf does not warn about virtual timestamps (cs-etm.c:3319).
-fn cs_etm_metadata(trcconfigr: u64) -> Vec<u64> {
+pub(crate) fn cs_etm_metadata(trcconfigr: u64) -> Vec<u64> {
     let mut m = vec![0u64; cs_etm::HEADER_WORDS + cs_etm::ETMV4_WORDS];
     m[cs_etm::HEADER_VERSION] = cs_etm::CURRENT_VERSION;
     m[cs_etm::PMU_TYPE_CPUS] = u64::from(PMU_TYPE) << 32 | 1;

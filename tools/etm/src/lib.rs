@@ -68,7 +68,9 @@
 //! a byte comparison with a perf.data recorded on real hardware.
 
 pub mod a64;
+pub mod dataset;
 pub mod decode;
 pub mod elf;
 pub mod etm;
+pub mod observed;
 pub mod perfdata;
