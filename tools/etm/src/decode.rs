@@ -254,27 +254,137 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
-/// AUXTRACE_INFO's `priv[]` words: the global header and one ETMv4 block for
-/// CPU 0. The block's size must equal what perf parses (cs-etm.c:3518); with eight trace
-/// parameters and TS_SOURCE = 1 perf does not warn about virtual timestamps (cs-etm.c:3319).
-pub(crate) fn cs_etm_metadata(trcconfigr: u64) -> Vec<u64> {
-    let mut m = vec![0u64; cs_etm::HEADER_WORDS + cs_etm::ETMV4_WORDS];
+/// `CORESIGHT_LEGACY_CPU_TRACE_ID(cpu)` (coresight-pmu.h:22): the trace ID of `cpu`'s ETM
+/// when no AUX_OUTPUT_HW_ID record names another.
+pub fn cpu_trace_id(cpu: u32) -> u8 {
+    u8::try_from(0x10 + 2 * cpu).expect("a trace ID is a byte")
+}
+
+/// AUXTRACE_INFO's `priv[]` words: the global header and one ETMv4 block per CPU in `cpus`,
+/// each with its CPU's [`cpu_trace_id`]. A block's size must equal what perf parses
+/// (cs-etm.c:3518); with eight trace parameters and TS_SOURCE = 1 perf does not warn about
+/// virtual timestamps (cs-etm.c:3319).
+pub(crate) fn cs_etm_metadata(trcconfigr: u64, cpus: &[u32]) -> Vec<u64> {
+    let mut m = vec![0u64; cs_etm::HEADER_WORDS];
     m[cs_etm::HEADER_VERSION] = cs_etm::CURRENT_VERSION;
-    m[cs_etm::PMU_TYPE_CPUS] = u64::from(PMU_TYPE) << 32 | 1;
+    m[cs_etm::PMU_TYPE_CPUS] = u64::from(PMU_TYPE) << 32 | cpus.len() as u64;
     m[cs_etm::SNAPSHOT] = 0;
-    let cpu = &mut m[cs_etm::HEADER_WORDS..];
-    cpu[cs_etm::MAGIC] = cs_etm::ETMV4_MAGIC;
-    cpu[cs_etm::CPU] = 0;
-    cpu[cs_etm::NR_TRC_PARAMS] = (cs_etm::ETMV4_WORDS - cs_etm::NR_TRC_PARAMS - 1) as u64;
-    cpu[cs_etm::TRCCONFIGR] = trcconfigr;
-    cpu[cs_etm::TRCTRACEIDR] = u64::from(TRACE_ID);
-    cpu[cs_etm::TRCIDR0] = TRCIDR0;
-    cpu[cs_etm::TRCIDR1] = TRCIDR1;
-    cpu[cs_etm::TRCIDR2] = TRCIDR2;
-    cpu[cs_etm::TRCIDR8] = TRCIDR8;
-    cpu[cs_etm::TRCAUTHSTATUS] = TRCAUTHSTATUS;
-    cpu[cs_etm::TS_SOURCE] = 1; // virtual timestamps
+    for &c in cpus {
+        let mut cpu = vec![0u64; cs_etm::ETMV4_WORDS];
+        cpu[cs_etm::MAGIC] = cs_etm::ETMV4_MAGIC;
+        cpu[cs_etm::CPU] = u64::from(c);
+        cpu[cs_etm::NR_TRC_PARAMS] = (cs_etm::ETMV4_WORDS - cs_etm::NR_TRC_PARAMS - 1) as u64;
+        cpu[cs_etm::TRCCONFIGR] = trcconfigr;
+        cpu[cs_etm::TRCTRACEIDR] = u64::from(cpu_trace_id(c));
+        cpu[cs_etm::TRCIDR0] = TRCIDR0;
+        cpu[cs_etm::TRCIDR1] = TRCIDR1;
+        cpu[cs_etm::TRCIDR2] = TRCIDR2;
+        cpu[cs_etm::TRCIDR8] = TRCIDR8;
+        cpu[cs_etm::TRCAUTHSTATUS] = TRCAUTHSTATUS;
+        cpu[cs_etm::TS_SOURCE] = 1; // virtual timestamps
+        m.extend_from_slice(&cpu);
+    }
     m
+}
+
+/// One ETM's trace of `steps`, run from `entry`: A-Sync, Trace Info, Trace On, the entry
+/// address with its context, then the steps. `contextidr` is the CONTEXTIDR_EL1 of kernel
+/// code at EL1 (None: user code at EL0). With `ts`, a timestamp of the trace's start
+/// precedes the steps and one a little after their end follows them. Raw, or in formatter
+/// frames with `trace_id`; returned with the packet log.
+fn encode_trace(
+    steps: &[Step],
+    entry: u64,
+    contextidr: Option<u32>,
+    ts: Option<Timestamps>,
+    flip_atom: Option<usize>,
+    formatted: Option<u8>,
+) -> (Vec<u8>, Vec<(usize, String)>) {
+    let mut e = etm::Encoder::new();
+    e.async_();
+    e.trace_info();
+    e.trace_on();
+    e.addr_ctxt64(entry, u8::from(contextidr.is_some()), contextidr);
+    if let Some(t) = ts {
+        e.timestamp(t.base);
+    }
+    e.encode_steps(steps, flip_atom, ts);
+    if let Some(t) = ts {
+        e.timestamp(t.base + t.per_insn * steps.len() as u64 + 5);
+    }
+    let aux = match formatted {
+        Some(id) => etm::format_frames(&e.out, id),
+        None => e.out.clone(),
+    };
+    (aux, e.log)
+}
+
+/// The ETM event and the dummy tracking event `perf record` adds for the side-band records
+/// (arch/arm/util/cs-etm.c:461-466), as it creates them for a trace of kernel or user code,
+/// with or without timestamps, with the tracking event asking for TEXT_POKE records or not.
+/// The ETM event samples CPU (:437), and both sample TIME with timestamps (the tracking
+/// event of `perf record -C` always does, :469-470). A per-thread trace of a workload is
+/// enabled on exec; a CPU-wide one is not.
+pub(crate) fn events(kernel: bool, timestamps: bool, text_poke: bool, cpu_wide: bool) -> [Attr; 2] {
+    let sample_type = pd::PERF_SAMPLE_IP | pd::PERF_SAMPLE_TID | pd::PERF_SAMPLE_CPU;
+    let sample_type = sample_type | pd::PERF_SAMPLE_PERIOD | pd::PERF_SAMPLE_IDENTIFIER;
+    let sample_type = sample_type | bit(timestamps, pd::PERF_SAMPLE_TIME);
+    let flags = pd::ATTR_DISABLED | bit(!cpu_wide, pd::ATTR_ENABLE_ON_EXEC);
+    let flags = flags | pd::ATTR_EXCLUDE_HV | pd::ATTR_SAMPLE_ID_ALL;
+    let flags = flags | bit(!kernel, pd::ATTR_EXCLUDE_KERNEL);
+    let name = match (kernel, cpu_wide) {
+        (false, _) => "cs_etm//u",
+        (true, false) => "cs_etm/contextid/",
+        (true, true) => "cs_etm/contextid,timestamp/",
+    };
+    let etm_attr = Attr {
+        type_: PMU_TYPE,
+        config: bit(kernel, ETM_OPT_CTXTID) | bit(timestamps, ETM_OPT_TS),
+        sample_period: 1,
+        sample_type,
+        flags,
+        id: 100,
+        name: name.into(),
+    };
+    let tracking = pd::ATTR_MMAP | pd::ATTR_COMM | pd::ATTR_TASK | pd::ATTR_MMAP2;
+    let tracking = tracking | pd::ATTR_COMM_EXEC | bit(text_poke, pd::ATTR_TEXT_POKE);
+    let dummy_attr = Attr {
+        type_: 1,  // PERF_TYPE_SOFTWARE, perf_event.h:31
+        config: 9, // PERF_COUNT_SW_DUMMY, perf_event.h:128
+        flags: flags | tracking,
+        id: 101,
+        name: "dummy:u".into(),
+        ..etm_attr.clone()
+    };
+    [etm_attr, dummy_attr]
+}
+
+/// The feature sections of a recording of `attrs` on `nrcpus` CPUs (HEADER_AUXTRACE is
+/// added by [`PerfFile::finish`]).
+pub(crate) fn features(attrs: &[Attr], nrcpus: u32) -> Vec<(u32, Vec<u8>)> {
+    let mut cpus = Vec::new();
+    p32(&mut cpus, nrcpus); // online
+    p32(&mut cpus, nrcpus); // available
+    let pmus = pd::feat_pmu_mappings(&[(4, "software"), (PMU_TYPE, "cs_etm")]);
+    vec![
+        (pd::HEADER_HOSTNAME, pd::feat_string("synthetic")),
+        (pd::HEADER_OSRELEASE, pd::feat_string("6.12.0-synthetic")),
+        (pd::HEADER_VERSION, pd::feat_string("6.12")),
+        (pd::HEADER_ARCH, pd::feat_string("aarch64")),
+        (pd::HEADER_NRCPUS, cpus),
+        (pd::HEADER_EVENT_DESC, pd::feat_event_desc(attrs)),
+        (pd::HEADER_PMU_MAPPINGS, pmus),
+    ]
+}
+
+/// The TEXT_POKE record of `p`'s site, written by the dummy event of `attrs` in process
+/// `pid` at `time`.
+fn text_poke_record(f: &mut PerfFile, p: &Program, attrs: &[Attr; 2], pid: u32, time: u64) {
+    let site = p.poke.expect("the kernel program has a poke site");
+    let old = p.img.words[((site.addr - p.img.base) / 4) as usize].to_le_bytes();
+    let new = site.word.to_le_bytes();
+    let id = pd::sample_id(pid, time, attrs[1].id);
+    f.text_poke(site.addr, &old, &new, attrs[1].sample_type, &id);
 }
 
 /// Write the scenario's ELF and perf.data into `dir` (which must exist) and return them with
@@ -308,75 +418,36 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     let patch = p.poke.filter(|_| s.poke.is_some());
     let steps = a64::run(&mut p.img.clone(), p.entry, p.stop, 1000, patch)?;
 
-    let mut e = etm::Encoder::new();
-    e.async_();
-    e.trace_info();
-    e.trace_on();
-    // The kernel program traces CONTEXTIDR_EL1 = pid: without TRCCONFIGR.CID perf looks up
-    // EL1 addresses in the guest machine (cs-etm.c:1033-1047).
-    e.addr_ctxt64(p.entry, u8::from(s.kernel), s.kernel.then_some(PID));
     let ts = Timestamps {
         base: TS_BASE,
         per_insn: TS_PER_INSN,
         every: s.ts_every.unwrap_or(TS_EVERY),
     };
-    if s.timestamps {
-        e.timestamp(TS_BASE);
-    }
-    e.encode_steps(&steps, s.flip_atom, s.timestamps.then_some(ts));
-    if s.timestamps {
-        e.timestamp(TS_BASE + TS_PER_INSN * steps.len() as u64 + 5);
-    }
-    let aux = if s.formatted {
-        etm::format_frames(&e.out, TRACE_ID)
-    } else {
-        e.out.clone()
-    };
+    // The kernel program traces CONTEXTIDR_EL1 = pid: without TRCCONFIGR.CID perf looks up
+    // EL1 addresses in the guest machine (cs-etm.c:1033-1047).
+    let (aux, packets) = encode_trace(
+        &steps,
+        p.entry,
+        s.kernel.then_some(PID),
+        s.timestamps.then_some(ts),
+        s.flip_atom,
+        s.formatted.then_some(TRACE_ID),
+    );
 
-    let sample_type = pd::PERF_SAMPLE_IP | pd::PERF_SAMPLE_TID | pd::PERF_SAMPLE_CPU;
-    let sample_type = sample_type | pd::PERF_SAMPLE_PERIOD | pd::PERF_SAMPLE_IDENTIFIER;
-    let sample_type = sample_type | bit(s.timestamps, pd::PERF_SAMPLE_TIME);
-    let flags = pd::ATTR_DISABLED | pd::ATTR_ENABLE_ON_EXEC | pd::ATTR_EXCLUDE_HV;
-    let flags = flags | pd::ATTR_SAMPLE_ID_ALL | bit(!s.kernel, pd::ATTR_EXCLUDE_KERNEL);
-    // perf record on arm64 samples CPU (arch/arm/util/cs-etm.c:437) and adds a dummy
-    // tracking event for the side-band records (:461-466).
-    let etm_attr = Attr {
-        type_: PMU_TYPE,
-        config: bit(s.kernel, ETM_OPT_CTXTID) | bit(s.timestamps, ETM_OPT_TS),
-        sample_period: 1,
-        sample_type,
-        flags,
-        id: 100,
-        name: (if s.kernel {
-            "cs_etm/contextid/"
-        } else {
-            "cs_etm//u"
-        })
-        .into(),
-    };
-    let tracking = pd::ATTR_MMAP | pd::ATTR_COMM | pd::ATTR_TASK | pd::ATTR_MMAP2;
     let record_poke = s.poke.is_some_and(|r| r != PokeRecord::Dropped);
-    let tracking = tracking | pd::ATTR_COMM_EXEC | bit(record_poke, pd::ATTR_TEXT_POKE);
-    let dummy_attr = Attr {
-        type_: 1,  // PERF_TYPE_SOFTWARE, perf_event.h:31
-        config: 9, // PERF_COUNT_SW_DUMMY, perf_event.h:128
-        flags: flags | tracking,
-        id: 101,
-        name: "dummy:u".into(),
-        ..etm_attr.clone()
-    };
-    let attrs = vec![etm_attr.clone(), dummy_attr.clone()];
-    let mut f = PerfFile::new(attrs.clone());
+    let attrs = events(s.kernel, s.timestamps, record_poke, false);
+    let [etm_attr, dummy_attr] = &attrs;
+    let sample_type = etm_attr.sample_type;
+    let mut f = PerfFile::new(attrs.to_vec());
     let etm_tr = |t: u64| pd::id_trailer(sample_type, &pd::sample_id(PID, t, etm_attr.id));
-    let dummy_id = |t: u64| pd::sample_id(PID, t, dummy_attr.id);
-    let dummy_tr = |t: u64| pd::id_trailer(sample_type, &dummy_id(t));
+    let dummy_tr = |t: u64| pd::id_trailer(sample_type, &pd::sample_id(PID, t, dummy_attr.id));
     if s.timestamps {
         // Trace timestamps convert 1:1 to perf time. TIME_CONV must precede AUXTRACE_INFO:
         // cs-etm copies session->time_conv while processing that (cs-etm.c:3449ff).
         f.time_conv(0, 1, 0);
     }
     let trcconfigr = bit(s.kernel, TRCCONFIGR_CID) | bit(s.timestamps, TRCCONFIGR_TS);
-    f.auxtrace_info(pd::PERF_AUXTRACE_CS_ETM, &cs_etm_metadata(trcconfigr));
+    f.auxtrace_info(pd::PERF_AUXTRACE_CS_ETM, &cs_etm_metadata(trcconfigr, &[0]));
     f.comm(PID, "prog", true, &dummy_tr(TS_BASE - 100));
     if s.kernel {
         f.mmap_kernel(KTEXT, 0x1000, &dummy_tr(TS_BASE - 100));
@@ -386,38 +457,24 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
         f.mmap2(PID, TEXT, 0x1000, path, &dummy_tr(TS_BASE - 100));
     }
     f.itrace_start(PID, &etm_tr(TS_BASE - 50));
-    let poke = |f: &mut PerfFile, t: u64| {
-        let site = p.poke.expect("the kernel program has a poke site");
-        let old = p.img.words[((site.addr - p.img.base) / 4) as usize].to_le_bytes();
-        let new = site.word.to_le_bytes();
-        f.text_poke(site.addr, &old, &new, sample_type, &dummy_id(t));
-    };
     if s.poke == Some(PokeRecord::BeforeDecode) {
-        poke(&mut f, TS_BASE - 50);
+        text_poke_record(&mut f, &p, &attrs, PID, TS_BASE - 50);
     }
     let aux_flags = bit(!s.formatted, pd::PERF_AUX_FLAG_CORESIGHT_FORMAT_RAW);
     f.aux(0, aux.len() as u64, aux_flags, &etm_tr(TS_BASE - 50));
     f.exit(PID, &dummy_tr(TS_BASE + 100_000));
     match s.poke {
-        Some(PokeRecord::AfterDecode) => poke(&mut f, TS_BASE + 100_001),
-        Some(PokeRecord::AfterSteps(n)) => poke(&mut f, time_after_steps(n)),
+        Some(PokeRecord::AfterDecode) => {
+            text_poke_record(&mut f, &p, &attrs, PID, TS_BASE + 100_001)
+        }
+        Some(PokeRecord::AfterSteps(n)) => {
+            text_poke_record(&mut f, &p, &attrs, PID, time_after_steps(n))
+        }
         _ => {}
     }
-    f.auxtrace(&aux, 0x1234_5678_9abc_def0, PID, u32::MAX);
+    f.auxtrace(&aux, 0x1234_5678_9abc_def0, 0, PID, u32::MAX);
     f.finished_round();
-    let mut nrcpus = Vec::new();
-    p32(&mut nrcpus, 1); // online
-    p32(&mut nrcpus, 1); // available
-    let pmus = pd::feat_pmu_mappings(&[(4, "software"), (PMU_TYPE, "cs_etm")]);
-    f.features = vec![
-        (pd::HEADER_HOSTNAME, pd::feat_string("synthetic")),
-        (pd::HEADER_OSRELEASE, pd::feat_string("6.12.0-synthetic")),
-        (pd::HEADER_VERSION, pd::feat_string("6.12")),
-        (pd::HEADER_ARCH, pd::feat_string("aarch64")),
-        (pd::HEADER_NRCPUS, nrcpus),
-        (pd::HEADER_EVENT_DESC, pd::feat_event_desc(&attrs)),
-        (pd::HEADER_PMU_MAPPINGS, pmus),
-    ];
+    f.features = features(&attrs, 1);
     let perf_data = dir.join("perf.data");
     write(&perf_data, &f.finish())?;
     let truth = Truth::new(steps, p.entry);
@@ -425,8 +482,162 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
         perf_data,
         elf: elf_path,
         kernel: s.kernel,
-        packets: e.log,
+        packets,
         truth,
+    })
+}
+
+/// The CPUs of a CPU-wide trace.
+pub const CPUS: usize = 2;
+
+/// The process each CPU runs the kernel program for, in a CPU-wide trace: CONTEXTIDR_EL1
+/// in its trace, and the pid of its ITRACE_START record.
+pub const CPU_PIDS: [u32; CPUS] = [PID, PID + 1];
+
+/// A CPU-wide trace, shaped like `perf record -e cs_etm// -C 0,1` on arm64 (which turns
+/// the context ID and timestamps on itself, arch/arm/util/cs-etm.c:443-448): CPUs 0 and 1 each run the kernel program (context ID traced, a timestamp after
+/// every atom), each starting at its own time, and each ETM's trace is its CPU's AUX data.
+/// perf decodes it in one queue per CPU, in timestamp order across the queues
+/// (cs-etm.c:2710).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuWide {
+    /// 16-byte formatter frames (AUX flags 0) instead of raw streams.
+    pub formatted: bool,
+    /// When each CPU starts the program, in trace time after CPU 0's start.
+    pub starts: [u64; CPUS],
+    /// The program's site is poked when CPU 0 has run its first iteration, at
+    /// [`time_after_steps`]`(5)`: every instruction that begins at or after that time on
+    /// either CPU sees the new word. The record is timed by `AfterSteps` (steps of CPU 0)
+    /// or `Dropped`; the others, which place it around the per-thread EXIT record, do not
+    /// apply.
+    pub poke: Option<PokeRecord>,
+}
+
+/// One CPU's part of a built CPU-wide trace.
+#[derive(Debug)]
+pub struct CpuBuilt {
+    /// The CPU.
+    pub cpu: u32,
+    /// Its ETMv4 packets: byte offset and name.
+    pub packets: Vec<(usize, String)>,
+    /// Its truth.
+    pub truth: Truth,
+}
+
+/// The files of a built CPU-wide trace.
+#[derive(Debug)]
+pub struct BuiltCpuWide {
+    /// The perf.data file.
+    pub perf_data: PathBuf,
+    /// The kernel program's ELF, given to perf as `--vmlinux`.
+    pub vmlinux: PathBuf,
+    /// Each CPU's trace and truth, in CPU order.
+    pub cpus: Vec<CpuBuilt>,
+}
+
+/// How many instructions of a CPU that started at `start` began before `time`: those run
+/// with the word the site had before a poke at `time`.
+fn steps_begun_before(start: u64, time: u64) -> usize {
+    time.saturating_sub(start).div_ceil(TS_PER_INSN) as usize
+}
+
+/// Write the CPU-wide scenario's vmlinux and perf.data into `dir` (which must exist) and
+/// return them with each CPU's truth.
+///
+/// The records are those of a per-thread trace, less EXIT (a timestamped trace is decoded
+/// as the session ends, cs_etm__flush_events, cs-etm.c:898-919), with one ITRACE_START
+/// (its `sample_id` on its CPU), one AUX record and one AUXTRACE per CPU: AUXTRACE `cpu` =
+/// `idx` = the CPU and `tid` = -1, as `perf record -C` maps AUX areas per CPU
+/// (auxtrace.c:173-197), and an AUX record whose `sample_id` CPU matches it (cs-etm.c:3152).
+/// The metadata has a block per CPU with its legacy trace ID; with no AUX_OUTPUT_HW_ID record
+/// perf maps those IDs to the blocks (cs-etm.c:3644-3648). No context switch record is
+/// written: `perf record` asks for them only with `--switch-events`, and the traced
+/// CONTEXTIDR_EL1 names each CPU's thread (cs-etm.c:1492-1510).
+pub fn build_cpu_wide(s: &CpuWide, dir: &Path) -> Result<BuiltCpuWide, String> {
+    if s.poke
+        .is_some_and(|r| matches!(r, PokeRecord::BeforeDecode | PokeRecord::AfterDecode))
+    {
+        return Err(format!(
+            "{:?} places the record around a per-thread EXIT record",
+            s.poke
+        ));
+    }
+    let p = kernel_program();
+    let dir = fs::canonicalize(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
+    let vmlinux = dir.join("vmlinux");
+    write(
+        &vmlinux,
+        &elf::write_elf(p.img.base, &p.img.bytes(), &p.syms),
+    )?;
+
+    let site = p.poke.expect("the kernel program has a poke site");
+    let poke_time = time_after_steps(site.after_steps);
+    let mut cpus = Vec::new();
+    let mut auxs = Vec::new();
+    for (cpu, (&start, &pid)) in (0u32..).zip(s.starts.iter().zip(&CPU_PIDS)) {
+        let start = TS_BASE + start;
+        let patch = s.poke.map(|_| a64::Patch {
+            after_steps: steps_begun_before(start, poke_time),
+            ..site
+        });
+        let steps = a64::run(&mut p.img.clone(), p.entry, p.stop, 1000, patch)?;
+        let ts = Timestamps {
+            base: start,
+            per_insn: TS_PER_INSN,
+            every: 1,
+        };
+        let id = cpu_trace_id(cpu);
+        let formatted = s.formatted.then_some(id);
+        let (aux, packets) = encode_trace(&steps, p.entry, Some(pid), Some(ts), None, formatted);
+        let end = start + TS_PER_INSN * steps.len() as u64 + 10;
+        auxs.push((cpu, pid, start, end, aux));
+        cpus.push(CpuBuilt {
+            cpu,
+            packets,
+            truth: Truth::new(steps, p.entry),
+        });
+    }
+
+    let record_poke = s.poke.is_some_and(|r| r != PokeRecord::Dropped);
+    let attrs = events(true, true, record_poke, true);
+    let [etm_attr, dummy_attr] = &attrs;
+    let sample_type = etm_attr.sample_type;
+    let mut f = PerfFile::new(attrs.to_vec());
+    let tr = |a: &Attr, cpu: u32, pid: u32, t: u64| {
+        pd::id_trailer(sample_type, &pd::cpu_sample_id(cpu, pid, t, a.id))
+    };
+    f.time_conv(0, 1, 0);
+    let trcconfigr = TRCCONFIGR_CID | TRCCONFIGR_TS;
+    let cpu_list: Vec<u32> = (0u32..).take(CPUS).collect();
+    f.auxtrace_info(
+        pd::PERF_AUXTRACE_CS_ETM,
+        &cs_etm_metadata(trcconfigr, &cpu_list),
+    );
+    for &pid in &CPU_PIDS {
+        f.comm(pid, "prog", true, &tr(dummy_attr, 0, pid, TS_BASE - 100));
+    }
+    f.mmap_kernel(KTEXT, 0x1000, &tr(dummy_attr, 0, PID, TS_BASE - 100));
+    for &(cpu, pid, start, end, ref aux) in &auxs {
+        f.itrace_start(pid, &tr(etm_attr, cpu, pid, start - 50));
+        // The kernel writes AUX when it has copied the trace out, after the traced code.
+        let aux_flags = bit(!s.formatted, pd::PERF_AUX_FLAG_CORESIGHT_FORMAT_RAW);
+        f.aux(0, aux.len() as u64, aux_flags, &tr(etm_attr, cpu, pid, end));
+    }
+    if let Some(PokeRecord::AfterSteps(n)) = s.poke {
+        text_poke_record(&mut f, &p, &attrs, PID, time_after_steps(n));
+    }
+    for (cpu, _, _, _, aux) in &auxs {
+        let reference = 0x1234_5678_9abc_def0 + u64::from(*cpu);
+        f.auxtrace(aux, reference, *cpu, u32::MAX, *cpu);
+    }
+    f.finished_round();
+    f.features = features(&attrs, CPUS as u32);
+    let perf_data = dir.join("perf.data");
+    write(&perf_data, &f.finish())?;
+    Ok(BuiltCpuWide {
+        perf_data,
+        vmlinux,
+        cpus,
     })
 }
 
@@ -474,13 +685,18 @@ fn opencsd_on(build_options: &str) -> bool {
     })
 }
 
-/// Run `perf script` on `b` with `args`; its stdout and stderr. A non-zero exit fails.
-fn perf_script(b: &Built, args: &[&str]) -> Result<(String, String), String> {
+/// Run `perf script` on `perf_data` with `args` (and `--vmlinux` when given); its stdout and
+/// stderr. A non-zero exit fails.
+fn perf_script(
+    perf_data: &Path,
+    vmlinux: Option<&Path>,
+    args: &[&str],
+) -> Result<(String, String), String> {
     let perf = perf();
     let mut cmd = Command::new(&perf);
-    cmd.arg("script").arg("-i").arg(&b.perf_data).args(args);
-    if b.kernel {
-        cmd.arg(format!("--vmlinux={}", b.elf.display()));
+    cmd.arg("script").arg("-i").arg(perf_data).args(args);
+    if let Some(v) = vmlinux {
+        cmd.arg(format!("--vmlinux={}", v.display()));
     }
     let out = cmd
         .env("DEBUGINFOD_URLS", "")
@@ -502,29 +718,57 @@ fn hex(token: &str, line: &str) -> Result<u64, String> {
     u64::from_str_radix(token, 16).map_err(|e| format!("perf output line {line:?}: {e}"))
 }
 
+/// The address of an `ip symbol` line.
+fn parse_insn(l: &str) -> Result<u64, String> {
+    match l.split_whitespace().next() {
+        Some(ip) => hex(ip, l),
+        None => Err(format!("perf output line {l:?} is blank")),
+    }
+}
+
+/// The `(from, to)` pair of an `ip => addr` line.
+fn parse_branch(l: &str) -> Result<(u64, u64), String> {
+    match l.split_whitespace().collect::<Vec<_>>()[..] {
+        [from, "=>", to] => Ok((hex(from, l)?, hex(to, l)?)),
+        _ => Err(format!("perf output line {l:?} is not `ip => addr`")),
+    }
+}
+
 /// The addresses of `perf script --itrace=i1i -F ip,sym` output: one `ip symbol` per line.
 pub fn parse_insns(out: &str) -> Result<Vec<u64>, String> {
     let lines = out.lines().filter(|l| !l.trim().is_empty());
-    lines
-        .map(|l| {
-            let ip = l
-                .split_whitespace()
-                .next()
-                .expect("a non-blank line has a token");
-            hex(ip, l)
-        })
-        .collect()
+    lines.map(parse_insn).collect()
 }
 
 /// The `(from, to)` pairs of `perf script --itrace=b -F ip,addr` output: `ip => addr` lines.
 pub fn parse_branches(out: &str) -> Result<Vec<(u64, u64)>, String> {
     let lines = out.lines().filter(|l| !l.trim().is_empty());
-    lines
-        .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [from, "=>", to] => Ok((hex(from, l)?, hex(to, l)?)),
-            _ => Err(format!("perf output line {l:?} is not `ip => addr`")),
-        })
-        .collect()
+    lines.map(parse_branch).collect()
+}
+
+/// `perf script -F tid,cpu,...` output split by CPU: each line starts with its sample's
+/// thread and CPU, `TID [NNN]`; the rest of each line parsed by `parse`, with the thread, in
+/// the order perf printed them, per CPU (index = CPU) of `cpus` CPUs.
+pub fn parse_per_cpu<T>(
+    out: &str,
+    cpus: usize,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<Vec<(u32, T)>>, String> {
+    let mut per_cpu: Vec<Vec<(u32, T)>> = (0..cpus).map(|_| Vec::new()).collect();
+    for l in out.lines().filter(|l| !l.trim().is_empty()) {
+        let bad = || format!("perf output line {l:?} does not start with `tid [cpu]`");
+        let (tid, rest) = l.trim_start().split_once(' ').ok_or_else(bad)?;
+        let (cpu, rest) = (rest.trim_start().strip_prefix('['))
+            .and_then(|r| r.split_once(']'))
+            .ok_or_else(bad)?;
+        let tid: u32 = tid.parse().map_err(|_| bad())?;
+        let cpu: usize = cpu.trim().parse().map_err(|_| bad())?;
+        let v = per_cpu
+            .get_mut(cpu)
+            .ok_or_else(|| format!("perf output line {l:?}: CPU {cpu} was not traced"))?;
+        v.push((tid, parse(rest)?));
+    }
+    Ok(per_cpu)
 }
 
 /// The one stderr line perf may print: the host's libunwind cannot unwind arm64, which it
@@ -545,27 +789,71 @@ pub struct Decoded {
     pub unexpected_stderr: Vec<String>,
 }
 
+/// The decoder error lines of a packet dump, and the unexpected lines of the runs' stderr.
+fn problems(dump: &str, stderrs: &[String]) -> (Vec<String>, Vec<String>) {
+    let errors = ["BAD_SEQUENCE", "RESERVED", "INCOMPLETE", "ERR"];
+    let dump_errors = dump
+        .lines()
+        .filter(|l| errors.iter().any(|e| l.contains(e)))
+        .map(str::to_owned)
+        .collect();
+    let unexpected_stderr = stderrs
+        .iter()
+        .flat_map(|e| e.lines().map(str::trim))
+        .filter(|l| !l.is_empty() && *l != UNWIND_NOTICE)
+        .map(str::to_owned)
+        .collect();
+    (dump_errors, unexpected_stderr)
+}
+
 /// Decode `b` with [`perf()`].
 pub fn decode(b: &Built) -> Result<Decoded, String> {
-    let (dump, dump_err) = perf_script(b, &["-D"])?;
-    let (insns, insns_err) = perf_script(b, &["--itrace=i1i", "-F", "ip,sym"])?;
-    let (branches, branches_err) = perf_script(b, &["--itrace=b", "-F", "ip,addr"])?;
-    let errors = ["BAD_SEQUENCE", "RESERVED", "INCOMPLETE", "ERR"];
+    let vmlinux = b.kernel.then_some(b.elf.as_path());
+    let script = |args: &[&str]| perf_script(&b.perf_data, vmlinux, args);
+    let (dump, dump_err) = script(&["-D"])?;
+    let (insns, insns_err) = script(&["--itrace=i1i", "-F", "ip,sym"])?;
+    let (branches, branches_err) = script(&["--itrace=b", "-F", "ip,addr"])?;
+    let (dump_errors, unexpected_stderr) = problems(&dump, &[dump_err, insns_err, branches_err]);
     Ok(Decoded {
         insns: parse_insns(&insns)?,
         branches: parse_branches(&branches)?,
-        dump_errors: dump
-            .lines()
-            .filter(|l| errors.iter().any(|e| l.contains(e)))
-            .map(str::to_owned)
-            .collect(),
-        unexpected_stderr: [dump_err, insns_err, branches_err]
-            .iter()
-            .flat_map(|e| e.lines().map(str::trim))
-            .filter(|l| !l.is_empty() && *l != UNWIND_NOTICE)
-            .map(str::to_owned)
-            .collect(),
+        dump_errors,
+        unexpected_stderr,
     })
+}
+
+/// Decode `b` with [`perf()`]: each CPU's instructions and branches (index = CPU), from
+/// samples whose CPU perf takes from the metadata block of the trace ID that produced them
+/// (cs-etm.c:184-197, 1617) and whose thread from the context ID in that trace
+/// (cs-etm.c:1492-1510). Both CPUs run the same code, so a sample's thread is what tells
+/// that perf put it on the right CPU: a sample on CPU `c` of another thread than
+/// [`CPU_PIDS`]`[c]` fails the decode. The decoder errors and stderr are the whole file's,
+/// in every CPU's.
+pub fn decode_cpu_wide(b: &BuiltCpuWide) -> Result<Vec<Decoded>, String> {
+    let script = |args: &[&str]| perf_script(&b.perf_data, Some(&b.vmlinux), args);
+    let (dump, dump_err) = script(&["-D"])?;
+    let (insns, insns_err) = script(&["--itrace=i1i", "-F", "tid,cpu,ip,sym"])?;
+    let (branches, branches_err) = script(&["--itrace=b", "-F", "tid,cpu,ip,addr"])?;
+    let (dump_errors, unexpected_stderr) = problems(&dump, &[dump_err, insns_err, branches_err]);
+    let insns = parse_per_cpu(&insns, b.cpus.len(), parse_insn)?;
+    let branches = parse_per_cpu(&branches, b.cpus.len(), parse_branch)?;
+    let mut decoded = Vec::new();
+    for (cpu, (insns, branches)) in insns.into_iter().zip(branches).enumerate() {
+        let pid = CPU_PIDS[cpu];
+        let tids = (insns.iter().map(|i| i.0)).chain(branches.iter().map(|b| b.0));
+        if let Some(tid) = tids.into_iter().find(|&t| t != pid) {
+            return Err(format!(
+                "perf put a sample of thread {tid} on CPU {cpu}, which ran only {pid}"
+            ));
+        }
+        decoded.push(Decoded {
+            insns: insns.into_iter().map(|i| i.1).collect(),
+            branches: branches.into_iter().map(|b| b.1).collect(),
+            dump_errors: dump_errors.clone(),
+            unexpected_stderr: unexpected_stderr.clone(),
+        });
+    }
+    Ok(decoded)
 }
 
 /// Where two sequences first differ.
@@ -657,6 +945,20 @@ pub fn run(s: &Scenario, dir: &Path) -> Result<(Built, Decoded, Comparison), Str
     Ok((built, decoded, cmp))
 }
 
+/// Build the CPU-wide `s` in `dir`, decode it with perf and compare each CPU's decode with
+/// its truth (index = CPU).
+pub fn run_cpu_wide(
+    s: &CpuWide,
+    dir: &Path,
+) -> Result<(BuiltCpuWide, Vec<Decoded>, Vec<Comparison>), String> {
+    let built = build_cpu_wide(s, dir)?;
+    let decoded = decode_cpu_wide(&built)?;
+    let cmps = (built.cpus.iter().zip(&decoded))
+        .map(|(c, d)| Comparison::new(&c.truth, d))
+        .collect();
+    Ok((built, decoded, cmps))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,6 +1002,57 @@ mod tests {
             }
         );
         assert_eq!(first_difference(&[1, 2], &[1, 2]), None);
+    }
+
+    /// `perf script -F tid,cpu,ip,sym` and `-F tid,cpu,ip,addr` lines, as perf 6.12 prints
+    /// them.
+    #[test]
+    fn per_cpu_parser() {
+        let out = "   4242 [000]  ffff800080010000 kfunc\n   4243 [001]  ffff800080010004 kfunc\n\
+                   4242 [000]  ffff800080010008 kfunc\n";
+        let insns = parse_per_cpu(out, 2, parse_insn).expect("parses");
+        assert_eq!(
+            insns,
+            [
+                vec![(4242, 0xffff_8000_8001_0000), (4242, 0xffff_8000_8001_0008)],
+                vec![(4243, 0xffff_8000_8001_0004)]
+            ]
+        );
+        let out = "   4243 [001]                 0 => ffff800080010000\n";
+        let br = parse_per_cpu(out, 2, parse_branch);
+        assert_eq!(
+            br,
+            Ok(vec![vec![], vec![(4243, (0, 0xffff_8000_8001_0000))]])
+        );
+        assert!(parse_per_cpu("4242 [002]  401000 _start\n", 2, parse_insn).is_err());
+        assert!(parse_per_cpu("[000]  401000 _start\n", 2, parse_insn).is_err());
+        assert!(parse_per_cpu("4242  401000 _start\n", 2, parse_insn).is_err());
+    }
+
+    /// Two ETMv4 blocks after the global header, each with its CPU and legacy trace ID.
+    #[test]
+    fn cpu_wide_metadata() {
+        let m = cs_etm_metadata(TRCCONFIGR_CID | TRCCONFIGR_TS, &[0, 1]);
+        assert_eq!(m.len(), cs_etm::HEADER_WORDS + 2 * cs_etm::ETMV4_WORDS);
+        assert_eq!(m[cs_etm::PMU_TYPE_CPUS], u64::from(PMU_TYPE) << 32 | 2);
+        for cpu in 0..2 {
+            let b = &m[cs_etm::HEADER_WORDS + cpu * cs_etm::ETMV4_WORDS..];
+            assert_eq!(b[cs_etm::MAGIC], cs_etm::ETMV4_MAGIC);
+            assert_eq!(b[cs_etm::CPU], cpu as u64);
+            assert_eq!(b[cs_etm::TRCTRACEIDR], 0x10 + 2 * cpu as u64);
+        }
+        assert_eq!(cpu_trace_id(0), TRACE_ID);
+    }
+
+    /// An instruction that begins before a poke runs the old word: CPU 1 started 25 after
+    /// CPU 0 has begun three instructions when CPU 0 has run five.
+    #[test]
+    fn instructions_begun_before_a_poke() {
+        let poke = time_after_steps(5);
+        assert_eq!(steps_begun_before(TS_BASE, poke), 5);
+        assert_eq!(steps_begun_before(TS_BASE + 25, poke), 3);
+        assert_eq!(steps_begun_before(TS_BASE + 50, poke), 0);
+        assert_eq!(steps_begun_before(TS_BASE + 55, poke), 0);
     }
 
     /// The build-options lines of Debian's perf 6.12.95, and their negations.

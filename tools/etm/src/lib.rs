@@ -10,7 +10,7 @@
 //!   IHI0064), raw or in 16-byte CoreSight formatter frames;
 //! - [`elf`] writes the program as the ELF (or `vmlinux`) perf reads instruction bytes from;
 //! - [`perfdata`] writes a `perf.data` shaped like `perf record -e cs_etm// --per-thread` on
-//!   arm64;
+//!   arm64, or like a CPU-wide `perf record -e cs_etm// -C 0,1`;
 //! - [`decode`] runs the host's `perf script` (Debian linux-perf 6.12, built with OpenCSD)
 //!   and compares its decode, instruction by instruction and branch by branch, with the
 //!   truth.
@@ -46,6 +46,17 @@
 //! and CONTEXTIDR in the trace), or perf looks EL1 addresses up in a guest machine
 //! (cs-etm.c:1033-1047).
 //!
+//! A CPU-wide trace ([`decode::build_cpu_wide`]) differs: one ETMv4 block per CPU in
+//! AUXTRACE_INFO (its CPU, and its trace ID, which perf maps to the block when no
+//! AUX_OUTPUT_HW_ID record does, cs-etm.c:3644-3648); per CPU an ITRACE_START, an AUX record
+//! whose `sample_id` carries the CPU, and an AUXTRACE with `cpu` and `idx` = the CPU and
+//! `tid` = -1, which perf matches to the AUX record by CPU (cs-etm.c:3152) and puts in queue
+//! `idx` (cs-etm.c:3184); timestamps (`perf record -C` sets ETM_OPT_TS and ETM_OPT_CTXTID,
+//! and TIME in the tracking event, arch/arm/util/cs-etm.c:443-448, 469-470); no EXIT: perf
+//! decodes the queues at the session's end, in timestamp order across them
+//! (cs-etm.c:2710). Context switch records are not needed: `perf record` asks for them only
+//! with `--switch-events`, and the traced context ID names each CPU's thread.
+//!
 //! # Behaviour of perf 6.12 the scenarios avoid or document
 //!
 //! - A formatted trace loses the rest of its last frame when a timestamp packet in that frame
@@ -61,11 +72,24 @@
 //!   `dropped_or_late_text_poke_fails_the_comparison` check a perf built with it
 //!   (tools/perf.sh), named in `$TEXTPOKE_PERF`.
 //!
+//! # Covered CPU-wide
+//!
+//! Two CPUs, each with its own ETM, trace ID and AUX buffer, raw or formatted, running the
+//! kernel program with timestamps, interleaved in time or one after the other: each CPU's
+//! decode is its truth (`cpu_wide_kernel_trace_decodes_to_each_cpus_truth`). A TEXT_POKE
+//! timed between the CPUs' runs of the poked site is applied at the end of the decode by
+//! perf 6.12 (`cpu_wide_text_poke_is_applied_at_the_end_of_the_decode`), and on every queue
+//! in time order with patch 0012 (the ignored
+//! `cpu_wide_text_poke_is_applied_in_time_order_on_every_queue` and its control
+//! `cpu_wide_dropped_or_late_text_poke_fails_the_comparison`).
+//!
 //! # Not covered
 //!
-//! CPU-wide traces (AUXTRACE `cpu` >= 0, context switches), ETE, return stacks, branch
-//! broadcast, cycle counts, compressed addresses, atom formats other than 1, speculation, and
-//! a byte comparison with a perf.data recorded on real hardware.
+//! Context switches within a CPU-wide trace (SWITCH_CPU_WIDE records, a CPU running several
+//! threads), more than one trace source in one CPU's AUX buffer, AUX_OUTPUT_HW_ID records,
+//! timeless CPU-wide traces, ETE, return stacks, branch broadcast, cycle counts, compressed
+//! addresses, atom formats other than 1, speculation, and a byte comparison with a perf.data
+//! recorded on real hardware.
 
 pub mod a64;
 pub mod dataset;

@@ -53,7 +53,7 @@ use crate::dataset::{Dataset, Exec, Poke, Site};
 use crate::decode::{self, Built, Truth, PID, PMU_TYPE, TRACE_ID};
 use crate::elf;
 use crate::etm;
-use crate::perfdata::{self as pd, p32, Attr, PerfFile};
+use crate::perfdata::{self as pd, PerfFile};
 
 /// Which records the perf.data carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,39 +320,17 @@ fn build(
     e.timestamp(last + 5);
     let aux = etm::format_frames(&e.out, TRACE_ID);
 
-    let sample_type = pd::PERF_SAMPLE_IP | pd::PERF_SAMPLE_TID | pd::PERF_SAMPLE_CPU;
-    let sample_type = sample_type | pd::PERF_SAMPLE_PERIOD | pd::PERF_SAMPLE_IDENTIFIER;
-    let sample_type = sample_type | pd::PERF_SAMPLE_TIME;
-    let flags = pd::ATTR_DISABLED | pd::ATTR_ENABLE_ON_EXEC | pd::ATTR_EXCLUDE_HV;
-    let flags = flags | pd::ATTR_SAMPLE_ID_ALL;
-    let etm_attr = Attr {
-        type_: PMU_TYPE,
-        config: decode::ETM_OPT_CTXTID | decode::ETM_OPT_TS,
-        sample_period: 1,
-        sample_type,
-        flags,
-        id: 100,
-        name: "cs_etm/contextid/".into(),
-    };
-    let tracking = pd::ATTR_MMAP | pd::ATTR_COMM | pd::ATTR_TASK | pd::ATTR_MMAP2;
-    let tracking = tracking | pd::ATTR_COMM_EXEC | pd::ATTR_TEXT_POKE;
-    let dummy_attr = Attr {
-        type_: 1,
-        config: 9,
-        flags: flags | tracking,
-        id: 101,
-        name: "dummy:u".into(),
-        ..etm_attr.clone()
-    };
-    let attrs = vec![etm_attr.clone(), dummy_attr.clone()];
-    let mut f = PerfFile::new(attrs.clone());
+    let attrs = decode::events(true, true, true, false);
+    let [etm_attr, dummy_attr] = &attrs;
+    let sample_type = etm_attr.sample_type;
+    let mut f = PerfFile::new(attrs.to_vec());
     let etm_tr = |t: u64| pd::id_trailer(sample_type, &pd::sample_id(PID, t, etm_attr.id));
     let dummy_id = |t: u64| pd::sample_id(PID, t, dummy_attr.id);
     let dummy_tr = |t: u64| pd::id_trailer(sample_type, &dummy_id(t));
     f.time_conv(0, 1, 0);
     f.auxtrace_info(
         pd::PERF_AUXTRACE_CS_ETM,
-        &decode::cs_etm_metadata(decode::TRCCONFIGR_CID | decode::TRCCONFIGR_TS),
+        &decode::cs_etm_metadata(decode::TRCCONFIGR_CID | decode::TRCCONFIGR_TS, &[0]),
     );
     f.comm(PID, "prog", true, &dummy_tr(first - 1000));
     f.mmap_kernel(base, bytes.len() as u64, &dummy_tr(first - 1000));
@@ -362,21 +340,9 @@ fn build(
     }
     f.aux(0, aux.len() as u64, 0, &etm_tr(first - 500));
     f.exit(PID, &dummy_tr(last + 100_000));
-    f.auxtrace(&aux, 0x1234_5678_9abc_def0, PID, u32::MAX);
+    f.auxtrace(&aux, 0x1234_5678_9abc_def0, 0, PID, u32::MAX);
     f.finished_round();
-    let mut nrcpus = Vec::new();
-    p32(&mut nrcpus, 1);
-    p32(&mut nrcpus, 1);
-    let pmus = pd::feat_pmu_mappings(&[(4, "software"), (PMU_TYPE, "cs_etm")]);
-    f.features = vec![
-        (pd::HEADER_HOSTNAME, pd::feat_string("synthetic")),
-        (pd::HEADER_OSRELEASE, pd::feat_string("6.12.0-synthetic")),
-        (pd::HEADER_VERSION, pd::feat_string("6.12")),
-        (pd::HEADER_ARCH, pd::feat_string("aarch64")),
-        (pd::HEADER_NRCPUS, nrcpus),
-        (pd::HEADER_EVENT_DESC, pd::feat_event_desc(&attrs)),
-        (pd::HEADER_PMU_MAPPINGS, pmus),
-    ];
+    f.features = decode::features(&attrs, 1);
     let perf_data = dir.join("perf.data");
     fs::write(&perf_data, f.finish())
         .map_err(|e| format!("writing {}: {e}", perf_data.display()))?;

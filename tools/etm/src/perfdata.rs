@@ -249,11 +249,18 @@ impl Attr {
 
 /// The `sample_id` of a record of event `id`, written by process `pid` at `time` on CPU 0.
 pub fn sample_id(pid: u32, time: u64, id: u64) -> SampleId {
+    cpu_sample_id(0, pid, time, id)
+}
+
+/// The `sample_id` of a record of event `id`, written by process `pid` at `time` on `cpu`.
+/// In a CPU-wide trace the CPU of an AUX record says which AUXTRACE buffer it describes
+/// (cs-etm.c:3152).
+pub fn cpu_sample_id(cpu: u32, pid: u32, time: u64, id: u64) -> SampleId {
     SampleId {
         pid: Some(pid),
         tid: Some(pid),
         time: Some(time),
-        cpu: Some(0),
+        cpu: Some(cpu),
         identifier: Some(id),
         ..SampleId::default()
     }
@@ -504,8 +511,12 @@ impl PerfFile {
 
     /// `PERF_RECORD_AUXTRACE` (event.h:339) followed by `trace` padded to 8 bytes (the
     /// padding counts in `size`, not in `header.size`). `cpu` = `u32::MAX` (-1) makes perf
-    /// decode per thread and match the AUX record by `tid` (cs-etm.c:3148).
-    pub fn auxtrace(&mut self, trace: &[u8], reference: u64, tid: u32, cpu: u32) {
+    /// decode per thread and match the AUX record by `tid` (cs-etm.c:3148); a CPU
+    /// makes it decode per CPU and match the AUX record by the CPU of its `sample_id`
+    /// (cs-etm.c:3152). `idx` is the queue perf puts the buffer in (cs-etm.c:3184): the
+    /// index of the AUX area, which `perf record` maps once per CPU, so the CPU's index in
+    /// a CPU-wide trace (`auxtrace_mmap_params__set_idx`, auxtrace.c:173-197).
+    pub fn auxtrace(&mut self, trace: &[u8], reference: u64, idx: u32, tid: u32, cpu: u32) {
         let mut padded = trace.to_vec();
         pad8(&mut padded);
         let r = AuxtraceRecord {
@@ -517,7 +528,7 @@ impl PerfFile {
             size: padded.len() as u64,
             offset: 0,
             reference,
-            idx: 0,
+            idx,
             tid,
             cpu,
             reserved: 0,

@@ -5,13 +5,16 @@
 //! The ignored tests need a perf whose cs-etm applies TEXT_POKE records in time order
 //! (tools/patches/0012, built by tools/perf.sh), and fail with any other:
 //! `TEXTPOKE_PERF=OUT/perf cargo test -p textpoke-etm -- --ignored`. Against that perf,
-//! `timestamped_text_poke_is_applied_at_the_end_of_the_decode` fails instead: it pins down
-//! the unpatched behaviour.
+//! `timestamped_text_poke_is_applied_at_the_end_of_the_decode` and
+//! `cpu_wide_text_poke_is_applied_at_the_end_of_the_decode` fail instead: they pin down the
+//! unpatched behaviour.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use textpoke_etm::a64::Kind;
-use textpoke_etm::decode::{self, Built, Comparison, Decoded, Difference, PokeRecord, Scenario};
+use textpoke_etm::decode::{
+    self, Built, BuiltCpuWide, Comparison, CpuWide, Decoded, Difference, PokeRecord, Scenario,
+};
 
 /// The kernel program's words (KTEXT + 4i) as addresses.
 fn kernel_words(words: &[u64]) -> Vec<u64> {
@@ -320,6 +323,183 @@ fn dropped_or_late_text_poke_fails_the_comparison() {
                 "{poke:?} {name}: {:?}",
                 cmp.dump_errors
             );
+        }
+    }
+}
+
+/// CPU 1's start in the CPU-wide traces, after CPU 0's: mid-way through CPU 0's first
+/// iteration, so the two CPUs' trace interleaves in time and each CPU runs the site once
+/// before and once after a poke at the end of CPU 0's first iteration
+/// ([`decode::time_after_steps`]`(5)`, CPU 1 then has begun three instructions).
+const INTERLEAVED: u64 = 25;
+/// CPU 1's start after that poke, mid-way through CPU 0's second iteration: CPU 1 runs only
+/// the poked site.
+const AFTER_THE_POKE: u64 = 55;
+
+/// The CPU-wide kernel traces: CPU 1 interleaved with CPU 0 or starting after the poke
+/// time, raw and formatted.
+fn cpu_wide(poke: Option<PokeRecord>) -> [(&'static str, CpuWide); 4] {
+    let s = |formatted, start| CpuWide {
+        formatted,
+        starts: [0, start],
+        poke,
+    };
+    [
+        ("interleaved-raw", s(false, INTERLEAVED)),
+        ("interleaved-formatted", s(true, INTERLEAVED)),
+        ("after-raw", s(false, AFTER_THE_POKE)),
+        ("after-formatted", s(true, AFTER_THE_POKE)),
+    ]
+}
+
+/// Build and decode the CPU-wide `s` in `dir`; fails the test when perf cannot be used.
+fn decode_cpu_wide_in(dir: &Path, s: &CpuWide) -> (BuiltCpuWide, Vec<Decoded>, Vec<Comparison>) {
+    if let Err(e) = decode::require_perf() {
+        panic!("{e}");
+    }
+    decode::run_cpu_wide(s, dir).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+}
+
+/// Each named CPU-wide scenario decodes, on each CPU, exactly to that CPU's truth, with no
+/// decoder error.
+fn assert_cpu_wide_decodes_to_truth(test: &str, scenarios: &[(&str, CpuWide)]) {
+    let tmp = TempDir::new(test);
+    for (name, s) in scenarios {
+        let (built, decoded, cmps) = decode_cpu_wide_in(&tmp.sub(name), s);
+        for ((c, d), cmp) in built.cpus.iter().zip(&decoded).zip(&cmps) {
+            if let Err(e) = cmp.check() {
+                panic!(
+                    "{name}, CPU {}: {e}\npackets: {:?}\nperf: {d:?}",
+                    c.cpu, c.packets
+                );
+            }
+            assert!(
+                !d.insns.is_empty(),
+                "{name}, CPU {}: an empty decode cannot match the truth",
+                c.cpu
+            );
+        }
+    }
+}
+
+/// A CPU-wide trace (`perf record -e cs_etm// -C 0,1`): two CPUs run the
+/// unchanging kernel program, each traced by its own ETM (its own metadata block and trace
+/// ID) into its own AUX buffer, with timestamps. perf decodes one queue per CPU in
+/// timestamp order, and each CPU's samples are exactly that CPU's execution.
+#[test]
+fn cpu_wide_kernel_trace_decodes_to_each_cpus_truth() {
+    assert_cpu_wide_decodes_to_truth("cpu-wide", &cpu_wide(None));
+}
+
+/// CPU 1's execution when it starts after the poke: the site is `b skip` in both
+/// iterations.
+const POKED_FROM_THE_START_TRUTH: [u64; 8] = [0, 1, 3, 4, 1, 3, 4, 5];
+/// That execution decoded with the NOP everywhere: its atoms E (b 3), E (b.ne), E (b 3),
+/// N (b.ne), E (b halt) given to the `b.ne` of four iterations and to `b halt`.
+const POKED_FROM_THE_START_UNPOKED_DECODE: [u64; 18] =
+    [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5];
+
+/// CPU 1's truth in a poked CPU-wide scenario: as CPU 0's when it runs the site before the
+/// poke too, else poked from its start.
+fn cpu1_truth(s: &CpuWide) -> Vec<u64> {
+    if s.starts[1] == INTERLEAVED {
+        kernel_words(&POKED_TRUTH)
+    } else {
+        kernel_words(&POKED_FROM_THE_START_TRUTH)
+    }
+}
+
+/// Characterizes Debian perf 6.12.95's cs-etm (and unpatched 6.12.117's) on a CPU-wide
+/// trace, and fails against a perf with tools/patches/0012: every queue is decoded at the
+/// end of the session, against the bytes of the last TEXT_POKE record. The poke timed at
+/// the end of CPU 0's first iteration is applied to all of both CPUs' trace: CPU 0, and
+/// CPU 1 when it ran the site before the poke too, decode as the per-thread trace does in
+/// `timestamped_text_poke_is_applied_at_the_end_of_the_decode`; CPU 1 starting after the
+/// poke is right by chance. OpenCSD reports nothing.
+#[test]
+fn cpu_wide_text_poke_is_applied_at_the_end_of_the_decode() {
+    let tmp = TempDir::new("cpu-wide-poke-stock");
+    for (name, s) in cpu_wide(Some(PokeRecord::AfterSteps(5))) {
+        let (built, decoded, cmps) = decode_cpu_wide_in(&tmp.sub(name), &s);
+        let truths = [kernel_words(&POKED_TRUTH), cpu1_truth(&s)];
+        let cpu1_decode = if s.starts[1] == INTERLEAVED {
+            kernel_words(&POKED_DECODE)
+        } else {
+            cpu1_truth(&s)
+        };
+        let decodes = [kernel_words(&POKED_DECODE), cpu1_decode];
+        for (c, ((truth, decode), cmp)) in built
+            .cpus
+            .iter()
+            .zip(truths.iter().zip(&decodes).zip(&cmps))
+        {
+            assert_eq!(c.truth.insns, *truth, "{name}, CPU {}: the truth", c.cpu);
+            let got = &decoded[c.cpu as usize].insns;
+            assert_eq!(got, decode, "{name}, CPU {}: perf's decode", c.cpu);
+            assert_eq!(cmp.check().is_err(), got != truth, "{name}, CPU {}", c.cpu);
+            assert!(
+                cmp.dump_errors.is_empty(),
+                "{name}, CPU {}: the wrong decode is silent: {:?}",
+                c.cpu,
+                cmp.dump_errors
+            );
+        }
+    }
+}
+
+/// With tools/patches/0012, a TEXT_POKE record on a CPU-wide trace is applied in time order
+/// on both queues: before perf applies the record, each queue is decoded with the old bytes
+/// up to its first timestamp at or after the record's time, and the rest of it with the new
+/// ones. CPU 0 runs the site before and after the poke; CPU 1 either does too, its trace
+/// interleaved with CPU 0's (its queue must be decoded up to the poke as well), or starts
+/// after the poke. Each CPU decodes exactly to its truth, with no decoder error.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see the file's documentation)"]
+fn cpu_wide_text_poke_is_applied_in_time_order_on_every_queue() {
+    assert_cpu_wide_decodes_to_truth(
+        "cpu-wide-poke-ordered",
+        &cpu_wide(Some(PokeRecord::AfterSteps(5))),
+    );
+}
+
+/// The control of `cpu_wide_text_poke_is_applied_in_time_order_on_every_queue`: the same
+/// trace with the record dropped, or timed after both CPUs' trace
+/// ([`decode::time_after_steps`]`(15)`), is decoded with the NOP everywhere, and the
+/// comparison fails on each CPU at its first instruction after the poke: on CPU 0, and CPU 1
+/// interleaved, the second run of the site; on CPU 1 starting after the poke, the first.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see the file's documentation)"]
+fn cpu_wide_dropped_or_late_text_poke_fails_the_comparison() {
+    let tmp = TempDir::new("cpu-wide-poke-control");
+    for poke in [PokeRecord::Dropped, PokeRecord::AfterSteps(15)] {
+        for (name, s) in cpu_wide(Some(poke)) {
+            let (built, decoded, cmps) =
+                decode_cpu_wide_in(&tmp.sub(&format!("{poke:?}-{name}")), &s);
+            let interleaved = s.starts[1] == INTERLEAVED;
+            let truths = [kernel_words(&POKED_TRUTH), cpu1_truth(&s)];
+            let (cpu1_decode, cpu1_index) = if interleaved {
+                (kernel_words(&UNPOKED_DECODE), 6)
+            } else {
+                (kernel_words(&POKED_FROM_THE_START_UNPOKED_DECODE), 2)
+            };
+            let wrong = [
+                (kernel_words(&UNPOKED_DECODE), 6),
+                (cpu1_decode, cpu1_index),
+            ];
+            for (c, ((truth, (decode, index)), cmp)) in
+                built.cpus.iter().zip(truths.iter().zip(&wrong).zip(&cmps))
+            {
+                let what = format!("{poke:?} {name}, CPU {}", c.cpu);
+                assert_eq!(c.truth.insns, *truth, "{what}: the truth");
+                assert_eq!(
+                    decoded[c.cpu as usize].insns, *decode,
+                    "{what}: perf's decode"
+                );
+                let d = cmp.insns.clone().expect("the instruction lists differ");
+                assert_eq!(d.index, *index, "{what}: after the poked site");
+                assert!(cmp.check().is_err(), "{what}");
+                assert!(cmp.dump_errors.is_empty(), "{what}: {:?}", cmp.dump_errors);
+            }
         }
     }
 }
