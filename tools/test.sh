@@ -133,19 +133,20 @@ check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
 
 # perf with the series' cs-etm patch (0012), built from the patched source: a synthetic
 # CoreSight trace whose kernel text is poked mid-way must decode to the truth, and a dropped or
-# late record must fail the comparison (tools/etm's ignored tests). Every ignored test of the
-# file must have run and passed, and the in-order one must fail with Debian's perf.
+# late record must fail the comparison (tools/etm's ignored tests, in CPU-wide traces too and
+# on a boot-shaped dataset of observed executions). Every ignored test of the crate must have
+# run and passed, and the in-order one must fail with Debian's perf.
 perf_cs_etm() {
 	local src=$cache/kernel/patched log want have
 	[ -f "$src/tools/perf/Makefile.perf" ] || { echo "no patched source in $src (kernel build failed?)"; return 1; }
 	tools/perf.sh "$src" "$build/perf" || return 1
 	log=$(mktemp)
 	env TEXTPOKE_PERF="$build/perf/perf" CARGO_TARGET_DIR="$build/cargo-etm" \
-		cargo test --release -p textpoke-etm --test perf_decode -- --ignored 2>&1 | tee "$log" || {
+		cargo test --release -p textpoke-etm -- --ignored 2>&1 | tee "$log" || {
 		rm -f "$log"
 		return 1
 	}
-	want=$(grep -c '^#\[ignore' tools/etm/tests/perf_decode.rs)
+	want=$(cat tools/etm/tests/*.rs | grep -c '^#\[ignore')
 	have=$(grep -cE '^test [^ ]+ \.\.\. ok$' "$log")
 	if [ "$want" -eq 0 ] || [ "$have" -ne "$want" ]; then
 		rm -f "$log"
@@ -214,6 +215,17 @@ fi
 step "guests: the planned boots, two at a time (logs: $out)"
 "$runner" suite --out "$out" "${artifacts[@]}" \
 	--kunit "$cache/kernel/patched/tools/testing/kunit/kunit.py"
+
+# The arm64 -smp 2 boot printed what its breakpoint observer saw: traced as an ETM would trace
+# it, the patched perf must decode every execution to its path with the boot's records, and
+# wrong paths without them and with each moved after its write (tools/etm/src/observed.rs).
+if [[ " $arches " == *" arm64 "* ]]; then
+	step "etm: the arm64-smp2 boot's executions, traced and decoded by perf"
+	check etm-observed "the decode of the arm64-smp2 boot's executions" -- \
+		env TEXTPOKE_PERF="$build/perf/perf" "$runner" etm-observed \
+		--log "$out/arm64-smp2.log" --work "$build/etm-observed"
+	cat "$out/etm-observed.log"
+fi
 
 step "summary"
 exec "$runner" summary "$out"

@@ -33,6 +33,10 @@ pub mod perf;
 pub mod realperf;
 pub mod sys;
 
+/// The lines that carry the observer's executions to the host, shared with tools/etm.
+#[path = "../../etm/src/dataset.rs"]
+pub mod etm_dataset;
+
 /// The exerciser's userspace interface, shared with the kernel module.
 #[path = "../../../samples/exerciser/uapi.rs"]
 pub mod uapi;

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 use textpoke_agent::checks;
+use textpoke_agent::etm_dataset::{self, Dataset};
 use textpoke_agent::exerciser::Site;
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
@@ -110,6 +111,21 @@ fn judge(
     collected: &Collected,
 ) -> Result<Verdicts, String> {
     let timelines = checks::timelines(sites, &ev.site_pokes(sites))?;
+    Ok(observer::judge(
+        watched,
+        &timelines,
+        &initial_paths(ev, sites, watched)?,
+        &collected.hits,
+        observer::HITS_REPEAT,
+    ))
+}
+
+/// Each watched site's path before the run, by index, from the kcore snapshot.
+fn initial_paths(
+    ev: &Evidence,
+    sites: &[Site],
+    watched: &[Watched],
+) -> Result<HashMap<usize, u8>, String> {
     let (base, _) = region(sites);
     let mut initial = HashMap::new();
     for w in watched {
@@ -130,14 +146,65 @@ fn judge(
         };
         initial.insert(w.index, path);
     }
-    Ok(observer::judge(
-        watched,
-        &timelines,
-        &initial,
-        &collected.hits,
-        observer::HITS_REPEAT,
-    ))
+    Ok(initial)
 }
+
+/// What the observer saw, as the lines the host turns into a CoreSight trace
+/// (tools/etm/src/dataset.rs): the watched sites with their paths before the run, their
+/// records, and every execution its breakpoints saw.
+fn dataset(
+    ev: &Evidence,
+    sites: &[Site],
+    watched: &[Watched],
+    collected: &Collected,
+) -> Result<Dataset, String> {
+    let initial = initial_paths(ev, sites, watched)?;
+    let addrs: Vec<u64> = watched.iter().map(|w| w.addr).collect();
+    let (execs, _) = observer::executions(watched, &collected.hits, observer::HITS_REPEAT);
+    Ok(Dataset {
+        sites: watched
+            .iter()
+            .map(|w| {
+                Ok(etm_dataset::Site {
+                    index: w.index,
+                    addr: w.addr,
+                    on: w.on.clone(),
+                    off: w.off.clone(),
+                    taken: w.taken,
+                    fall: w.fall,
+                    initial: *initial
+                        .get(&w.index)
+                        .ok_or_else(|| format!("site {:#x}: no path before the run", w.addr))?,
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        pokes: ev
+            .site_pokes(sites)
+            .into_iter()
+            .filter(|p| addrs.contains(&p.addr))
+            .map(|p| etm_dataset::Poke {
+                time: p.time,
+                addr: p.addr,
+                old: p.old,
+                new: p.new,
+            })
+            .collect(),
+        execs: execs
+            .iter()
+            .map(|e| etm_dataset::Exec {
+                time: e.time,
+                cpu: e.cpu,
+                site: e.site,
+                path: e.path,
+                guard: e.guard,
+            })
+            .collect(),
+    })
+}
+
+/// The kernel command-line switch that makes the observed scenario print its dataset (the
+/// runner sets it on the boot whose executions the host decodes).
+pub const DATASET_PARAM: &str = "textpoke.etm_dataset";
 
 /// One line of what the observer saw.
 pub fn summary(c: &Collected, v: &Verdicts) -> String {
@@ -168,6 +235,17 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     };
     let line = summary(&c, &v);
     crate::log(&format!("observer: {line}"));
+    let mut printed = None;
+    if textpoke_agent::sys::cmdline_param(DATASET_PARAM).as_deref() == Some("1") {
+        let watched = watched(sites);
+        let d = watched.and_then(|w| dataset(&ev, sites, &w, &c));
+        printed = Some(d.map(|d| {
+            for l in d.lines() {
+                crate::log(&l);
+            }
+            (d.sites.len(), d.pokes.len(), d.execs.len())
+        }));
+    }
     let cpus = textpoke_agent::sys::online_cpus().map_or(0, |c| c.len());
     let steps = steps_wanted(crate::is_x86(), cpus);
     let shape = match scenario::Shape::parse(SPEC) {
@@ -176,7 +254,7 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     };
     let traps = scenario::TrapsWanted::for_spec(1, &shape, cpus);
     let scenario = scenario::judge("scenario", SPEC, &shape, traps, &ev, sites);
-    let children = vec![
+    let mut children = vec![
         scenario,
         Case::check(
             "observer_complete",
@@ -211,6 +289,14 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
             format!("{} violations: {:?}", v.violations, v.examples),
         ),
     ];
+    if let Some(printed) = printed {
+        children.push(match printed {
+            Ok((s, p, e)) => Case::pass("observer_dataset_printed").with_log(format!(
+                "{s} sites, {p} records, {e} executions printed for the host's CoreSight decode"
+            )),
+            Err(e) => Case::fail("observer_dataset_printed", e),
+        });
+    }
     Case::group(NAME, children)
         .with_log(format!("spec {SPEC}"))
         .with_log(line)

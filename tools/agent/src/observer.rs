@@ -141,28 +141,38 @@ impl Verdicts {
 /// two executions in a row with the same registers are two executions.
 pub const HITS_REPEAT: bool = cfg!(target_arch = "aarch64");
 
-/// Judges `hits` (any order) against each watched site's `timelines` (by site index; a site
-/// without records keeps the path `initial` gives it). With `repeat` ([`HITS_REPEAT`]), a hit
-/// like the CPU's previous one is the same execution, counted once.
-pub fn judge(
+/// One execution of a watched site, as its path's breakpoint saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Execution {
+    /// The perf clock's time of the hit.
+    pub time: u64,
+    /// The CPU.
+    pub cpu: u32,
+    /// The site's index ([`Watched::index`]).
+    pub site: usize,
+    /// 1: the jump ran (T), 0: the fall-through (F).
+    pub path: u8,
+    /// Whether the CPU read the guard at the site when it hit.
+    pub guard: bool,
+    /// The site's first four bytes it read.
+    pub word: u32,
+}
+
+/// The executions in `hits` (any order), per CPU in time order, with the hits that are none:
+/// with `repeat` ([`HITS_REPEAT`]), a hit like the CPU's previous one is the same execution
+/// (counted in `retriggered`), and a hit at no watched site or path is `stray`.
+pub fn executions(
     watched: &[Watched],
-    timelines: &HashMap<usize, Timeline>,
-    initial: &HashMap<usize, u8>,
     hits: &[ObsHit],
     repeat: bool,
-) -> Verdicts {
+) -> (Vec<Execution>, Verdicts) {
     let by_addr: HashMap<u64, &Watched> = watched.iter().map(|w| (w.addr, w)).collect();
     let mut per_cpu: BTreeMap<u32, Vec<&ObsHit>> = BTreeMap::new();
     for h in hits {
         per_cpu.entry(h.cpu).or_default().push(h);
     }
     let mut v = Verdicts::default();
-    let note = |v: &mut Verdicts, what: String| {
-        v.violations += 1;
-        if v.examples.len() < 8 {
-            v.examples.push(what);
-        }
-    };
+    let mut out = Vec::new();
     for stream in per_cpu.values_mut() {
         stream.sort_by_key(|h| h.time);
         let mut previous: Option<&ObsHit> = None;
@@ -188,38 +198,71 @@ pub fn judge(
                 v.stray += 1;
                 continue;
             };
-            let t1 = h.time;
-            let fallback = Timeline {
-                initial: initial.get(&w.index).copied().unwrap_or(0),
-                events: Vec::new(),
-            };
-            let tl = timelines.get(&w.index).unwrap_or(&fallback);
-            let j1 = tl.count_at(t1);
-            if is_guard(h.seen.word) {
-                v.met_guard += 1;
-            }
-            if tl.path(j1) == path {
-                if j1 > 0 {
-                    v.new_ran += 1;
-                } else {
-                    v.old_ran += 1;
-                }
-            } else if tl.events.get(j1).is_some_and(|next| next.1 == path) {
-                if is_guard(h.seen.word) {
-                    v.trapped += 1;
-                } else {
-                    let next = tl.events.get(j1).map_or(0, |e| e.0);
-                    note(
-                        &mut v,
-                        format!(
-                            "site {:#x} cpu {}: path {path} at {t1}, {} ns before the record that installs it, and no guard at the site (its bytes {:08x})",
-                            w.addr, h.cpu, next.saturating_sub(t1), h.seen.word
-                        ),
-                    );
-                }
+            out.push(Execution {
+                time: h.time,
+                cpu: h.cpu,
+                site: w.index,
+                path,
+                guard: is_guard(h.seen.word),
+                word: h.seen.word,
+            });
+        }
+    }
+    (out, v)
+}
+
+/// Judges `hits` (any order) against each watched site's `timelines` (by site index; a site
+/// without records keeps the path `initial` gives it). With `repeat` ([`HITS_REPEAT`]), a hit
+/// like the CPU's previous one is the same execution, counted once.
+pub fn judge(
+    watched: &[Watched],
+    timelines: &HashMap<usize, Timeline>,
+    initial: &HashMap<usize, u8>,
+    hits: &[ObsHit],
+    repeat: bool,
+) -> Verdicts {
+    let by_index: HashMap<usize, &Watched> = watched.iter().map(|w| (w.index, w)).collect();
+    let (executions, mut v) = executions(watched, hits, repeat);
+    let note = |v: &mut Verdicts, what: String| {
+        v.violations += 1;
+        if v.examples.len() < 8 {
+            v.examples.push(what);
+        }
+    };
+    for e in &executions {
+        let addr = by_index.get(&e.site).map_or(0, |w| w.addr);
+        let path = e.path;
+        let t1 = e.time;
+        let fallback = Timeline {
+            initial: initial.get(&e.site).copied().unwrap_or(0),
+            events: Vec::new(),
+        };
+        let tl = timelines.get(&e.site).unwrap_or(&fallback);
+        let j1 = tl.count_at(t1);
+        if e.guard {
+            v.met_guard += 1;
+        }
+        if tl.path(j1) == path {
+            if j1 > 0 {
+                v.new_ran += 1;
             } else {
-                v.undecided += 1;
+                v.old_ran += 1;
             }
+        } else if tl.events.get(j1).is_some_and(|next| next.1 == path) {
+            if e.guard {
+                v.trapped += 1;
+            } else {
+                let next = tl.events.get(j1).map_or(0, |e| e.0);
+                note(
+                    &mut v,
+                    format!(
+                        "site {addr:#x} cpu {}: path {path} at {t1}, {} ns before the record that installs it, and no guard at the site (its bytes {:08x})",
+                        e.cpu, next.saturating_sub(t1), e.word
+                    ),
+                );
+            }
+        } else {
+            v.undecided += 1;
         }
     }
     v

@@ -110,7 +110,8 @@ fn unhex(s: &str) -> Result<Vec<u8>, String> {
 
 fn num<T: std::str::FromStr>(s: Option<&str>, what: &str) -> Result<T, String> {
     let s = s.ok_or_else(|| format!("no {what}"))?;
-    s.parse().map_err(|_| format!("{what} `{s}` is not a number"))
+    s.parse()
+        .map_err(|_| format!("{what} `{s}` is not a number"))
 }
 
 fn addr(s: Option<&str>, what: &str) -> Result<u64, String> {
@@ -153,13 +154,7 @@ impl Dataset {
             let mut line = format!("{PREFIX}execs");
             for e in chunk {
                 let pg = e.path | u8::from(e.guard) << 1;
-                let _ = write!(
-                    line,
-                    " {}:{}:{}:{pg}",
-                    e.time - last,
-                    e.cpu,
-                    e.site
-                );
+                let _ = write!(line, " {}:{}:{}:{pg}", e.time - last, e.cpu, e.site);
                 last = e.time;
             }
             out.push(line);
@@ -313,7 +308,9 @@ mod tests {
         let e = Dataset::parse(&log).unwrap_err();
         assert!(e.contains("the console lost some"), "{e}");
         let cut = lines[..lines.len() - 1].join("\n");
-        assert!(Dataset::parse(&cut).unwrap_err().contains("no `textpoke-etm: end`"));
+        assert!(Dataset::parse(&cut)
+            .unwrap_err()
+            .contains("no `textpoke-etm: end`"));
         assert!(Dataset::parse("nothing").unwrap_err().contains("begin"));
     }
 }

@@ -50,7 +50,7 @@ use std::path::Path;
 
 use crate::a64::{self, NOP};
 use crate::dataset::{Dataset, Exec, Poke, Site};
-use crate::decode::{self, Built, Truth, PID, PMU_TYPE, TRACE_ID};
+use crate::decode::{self, Built, Truth, PID, TRACE_ID};
 use crate::elf;
 use crate::etm;
 use crate::perfdata::{self as pd, PerfFile};
@@ -240,7 +240,10 @@ fn image(d: &Dataset) -> Result<(u64, Vec<u32>), String> {
         let word = u32::from_le_bytes(initial.as_slice().try_into().map_err(|_| "4 bytes")?);
         for (at, what) in [(s.addr, word), (s.fall, a64::b(s.fall, s.taken))] {
             if used.insert(at, s.index).is_some() {
-                return Err(format!("site {:#x}: its words overlap another site's", s.addr));
+                return Err(format!(
+                    "site {:#x}: its words overlap another site's",
+                    s.addr
+                ));
             }
             words[((at - base) / 4) as usize] = what;
         }
@@ -267,12 +270,7 @@ fn expected(d: &Dataset, traced: &[Exec]) -> Vec<u64> {
 
 /// Writes the trace of `traced` with `records` into `dir` (which must exist): the perf.data
 /// and the image as `vmlinux`.
-fn build(
-    d: &Dataset,
-    traced: &[Exec],
-    records: &[Poke],
-    dir: &Path,
-) -> Result<Built, String> {
+fn build(d: &Dataset, traced: &[Exec], records: &[Poke], dir: &Path) -> Result<Built, String> {
     let (base, words) = image(d)?;
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let dir = fs::canonicalize(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
@@ -298,7 +296,9 @@ fn build(
         .max()
         .unwrap_or(0);
     if first < 1000 {
-        return Err(format!("a time of {first} ns: the side-band records go before it"));
+        return Err(format!(
+            "a time of {first} ns: the side-band records go before it"
+        ));
     }
     let mut e = etm::Encoder::new();
     e.async_();
@@ -427,7 +427,11 @@ pub fn verdict(outcomes: &[Outcome], sel: &Selection, min_traced: usize) -> Resu
     }
     for o in outcomes {
         if !o.errors.is_empty() {
-            problems.push(format!("{}: decoder errors {:?}", o.stream.name(), o.errors));
+            problems.push(format!(
+                "{}: decoder errors {:?}",
+                o.stream.name(),
+                o.errors
+            ));
         }
         match o.stream {
             Stream::Recorded if o.wrong > 0 => problems.push(format!(

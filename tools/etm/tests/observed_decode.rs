@@ -148,4 +148,3 @@ fn debian_perf_decodes_observed_executions_against_the_last_bytes() {
         .unwrap_err()
         .contains("recorded:"));
 }
-

@@ -87,6 +87,19 @@ enum Cmd {
         /// The module.
         ko: PathBuf,
     },
+    /// Read the observed executions an arm64 boot printed (tools/etm/src/dataset.rs), trace
+    /// them as an ETM would and have perf (`$TEXTPOKE_PERF`, else /usr/bin/perf) decode them
+    /// against the boot's records, none, and each moved after its write, in WORK: the first
+    /// must give every execution its path, the two others wrong paths
+    /// (tools/etm/src/observed.rs).
+    EtmObserved {
+        /// The boot's console log.
+        #[arg(long)]
+        log: PathBuf,
+        /// Where to write the three traces.
+        #[arg(long)]
+        work: PathBuf,
+    },
     /// Boot a guest, stream its console to DIR/NAME.log, judge it, write DIR/NAME.json.
     Boot(BootArgs),
     /// Summarise a run directory: every DIR/*.json, and every report DIR/manifest.json plans
@@ -227,6 +240,7 @@ fn main() -> ExitCode {
             })
             .map_err(Into::into),
         Cmd::TrapPath { ko } => trap_path(&ko),
+        Cmd::EtmObserved { log, work } => etm_observed(&log, &work),
         Cmd::Boot(args) => boot(args),
         Cmd::Summary { dir } => summary(&dir),
         Cmd::BenchReport { dir, to } => bench_report(&dir, to.as_deref()).map(|()| true),
@@ -373,6 +387,63 @@ fn trap_path(ko: &std::path::Path) -> Result<bool> {
         );
     }
     Ok(escapes.is_empty())
+}
+
+/// Executions the arm64 boot's trace must hold: as many as the observer must classify
+/// (tools/agent/src/observed.rs, `MIN_CLASSIFIED`).
+const ETM_MIN_TRACED: usize = 1000;
+
+fn etm_observed(log: &std::path::Path, work: &std::path::Path) -> Result<bool> {
+    use textpoke_etm::dataset::Dataset;
+    use textpoke_etm::observed::{self, Stream};
+    let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let d = Dataset::parse(&text).map_err(|e| format!("{}: {e}", log.display()))?;
+    let (traced, sel) = observed::select(&d)?;
+    println!(
+        "{}: {} watched sites, {} records, {} executions: {} in the trace, {} left out as \
+         trapped (the trace shows the BRK), {} as undecided",
+        log.display(),
+        d.sites.len(),
+        d.pokes.len(),
+        d.execs.len(),
+        sel.traced,
+        sel.trapped,
+        sel.undecided
+    );
+    let mut outcomes = Vec::new();
+    for stream in Stream::ALL {
+        let dir = work.join(stream.name());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let o = observed::decode_stream(&d, &traced, stream, &dir)?;
+        println!(
+            "{}: {} records, {} executions decoded, {} with the wrong path, {} decoder errors{}",
+            stream.name(),
+            o.records,
+            o.decoded,
+            o.wrong,
+            o.errors.len(),
+            o.examples
+                .first()
+                .map_or(String::new(), |x| format!("; first: {x}"))
+        );
+        outcomes.push(o);
+    }
+    match observed::verdict(&outcomes, &sel, ETM_MIN_TRACED) {
+        Ok(()) => {
+            println!(
+                "every execution decoded to its path with the recorded stream; the dropped and \
+                 moved streams caught"
+            );
+            Ok(true)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(false)
+        }
+    }
 }
 
 fn boot(args: BootArgs) -> Result<bool> {

@@ -395,6 +395,11 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // kernel's own test suites run once per arch, with and without textpoke.
                 smp2.kunit_check = true;
                 smp2.append.push_str(" textpoke.kselftest=1");
+                // The arm64 one prints the observer's executions, which the host check
+                // ETM_OBSERVED turns into a CoreSight trace for perf to decode.
+                if arch == Arch::Arm64 {
+                    smp2.append.push_str(" textpoke.etm_dataset=1");
+                }
                 // The kernel's suites run twice in it: minutes more than the other boots.
                 smp2.timeout = 1800;
                 boots.push(smp2);
@@ -518,6 +523,9 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 .map(|c| (*c).to_owned())
                 .chain(arches.iter().map(|a| format!("lint-{a}"))),
         );
+        if arches.contains(&Arch::Arm64) {
+            checks.push(ETM_OBSERVED.to_owned());
+        }
     }
     Manifest {
         suite,
@@ -556,6 +564,10 @@ pub const HOST_CHECKS: &[&str] = &[
     "checkpatch",
     "perf-cs-etm",
 ];
+
+/// The host check of `make test` that decodes the arm64 -smp 2 boot's observed executions as a
+/// CoreSight trace (`textpoke-runner etm-observed`, run by tools/test.sh after the boots).
+pub const ETM_OBSERVED: &str = "etm-observed";
 
 /// Writes `DIR/NAME.json` for a host check that passed or failed, for the summary. `name` must
 /// be one of the checks of DIR's manifest: a report under any other name would stand for no
@@ -1095,7 +1107,8 @@ mod tests {
             ["x86_64-smp2.kunit", "arm64-smp2.kunit"]
         );
         assert_eq!(named(Source::Boot), names);
-        // Every host check is expected too, lint once per arch.
+        // Every host check is expected too, lint once per arch, and the decode of the arm64
+        // boot's executions, which that boot is asked to print.
         assert_eq!(
             named(Source::HostCheck),
             [
@@ -1108,9 +1121,21 @@ mod tests {
                 "checkpatch",
                 "perf-cs-etm",
                 "lint-x86_64",
-                "lint-arm64"
+                "lint-arm64",
+                ETM_OBSERVED
             ]
         );
+        let dataset_asked: Vec<&str> = m
+            .boots
+            .iter()
+            .filter(|b| b.append.contains("textpoke.etm_dataset=1"))
+            .map(|b| b.name.as_str())
+            .collect();
+        assert_eq!(dataset_asked, ["arm64-smp2"]);
+        assert!(!plan(Suite::Test, &[Arch::X86_64])
+            .checks
+            .iter()
+            .any(|c| c == ETM_OBSERVED));
         // The demo builds no unpatched kernel.
         let demo = plan(Suite::Run, &[Arch::X86_64, Arch::Arm64]);
         assert_eq!(demo.boots.len(), 2);

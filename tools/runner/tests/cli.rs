@@ -460,6 +460,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         "perf-cs-etm",
         "lint-x86_64",
         "lint-arm64",
+        "etm-observed",
     ] {
         want.push(format!("  {c}: {host}"));
     }
@@ -467,8 +468,8 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     // 3 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
     // the failures they must be (5 failed); the 3 arm64 boots and the x86_64 mitigations boot
     // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (6
-    // failed); and the 10 host checks never reported.
-    assert_count(&stdout, "6 passed, 22 failed");
+    // failed); and the 11 host checks never reported.
+    assert_count(&stdout, "6 passed, 23 failed");
 }
 
 /// The manifest `plan` wrote into `out`.
@@ -581,8 +582,8 @@ fn a_killed_host_lane_fails_the_summary_by_name() {
     for name in lane_recorded {
         assert!(!stdout.contains(&format!("  {name}: never")), "{stdout}");
     }
-    // 4 guest boots of 2 tests, 7 harness boots, 2 kunit.py cross-checks, 6 host checks.
-    assert_count(&stdout, "25 passed, 4 failed");
+    // 4 guest boots of 2 tests, 7 harness boots, 2 kunit.py cross-checks, 7 host checks.
+    assert_count(&stdout, "26 passed, 4 failed");
 }
 
 #[test]
@@ -591,12 +592,12 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     let out = s.out();
     let m = plan_and_boot_everything(&out);
     record_planned(&out, &m, &[]);
-    assert_count(&summary(&out, 0), "29 passed, 0 failed");
+    assert_count(&summary(&out, 0), "30 passed, 0 failed");
 
     fs::remove_file(out.join("loom.json")).unwrap();
     let stdout = summary(&out, 1);
     assert_never_reported(&stdout, "loom");
-    assert_count(&stdout, "28 passed, 1 failed");
+    assert_count(&stdout, "29 passed, 1 failed");
 }
 
 #[test]
@@ -621,7 +622,7 @@ fn a_failed_record_counts_its_check_as_failed() {
         stdout.contains("\n  clippy: as tools/test.sh records it"),
         "{stdout}"
     );
-    assert_count(&stdout, "27 passed, 2 failed");
+    assert_count(&stdout, "28 passed, 2 failed");
 }
 
 #[test]
