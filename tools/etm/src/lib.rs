@@ -13,7 +13,10 @@
 //!   arm64, or like a CPU-wide `perf record -e cs_etm// -C 0,1`;
 //! - [`decode`] runs the host's `perf script` (Debian linux-perf 6.12, built with OpenCSD)
 //!   and compares its decode, instruction by instruction and branch by branch, with the
-//!   truth.
+//!   truth;
+//! - [`dataset`] and [`observed`] do the same for a boot's executions as its breakpoint
+//!   observer saw them: the truth is the path each CPU took at a watched site, and the records
+//!   are the boot's own.
 //!
 //! # What perf 6.12 needs in the perf.data
 //!
