@@ -218,7 +218,8 @@ step "guests: the planned boots, two at a time (logs: $out)"
 
 # The arm64 -smp 2 boot printed what its breakpoint observer saw: traced as an ETM would trace
 # it, the patched perf must decode every execution to its path with the boot's records, and
-# wrong paths without them and with each moved after its write (tools/etm/src/observed.rs).
+# wrong paths without them and with BEFORE/AFTER pairs whose AFTER follows the write
+# (tools/etm/src/observed.rs).
 if [[ " $arches " == *" arm64 "* ]]; then
 	step "etm: the arm64-smp2 boot's executions, traced and decoded by perf"
 	check etm-observed "the decode of the arm64-smp2 boot's executions" -- \

@@ -38,9 +38,12 @@
 //!   cs-etm applying records in time order (tools/patches/0012), every execution must decode
 //!   to its path.
 //! - [`Stream::Dropped`]: no record, as the stock arm64 kernel writes none.
-//! - [`Stream::MovedAfterWrite`]: each record moved to just after the first execution that
-//!   ran its new instruction without the guard: a record emitted after its write, the defect
-//!   the guarded protocol's order exists to prevent.
+//! - [`Stream::BeforeAfter`]: seed 001's pair in place of each record, as an unguarded
+//!   change emits it: a BEFORE record (the old bytes written over themselves, "about to
+//!   change") at the record's time, and the AFTER record (old and new) once the write is
+//!   done, placed just after the first execution that ran the new instruction without the
+//!   guard. That AFTER is a record emitted after its write, the defect the guarded protocol's
+//!   order exists to prevent; placed any later, more executions would decode wrong.
 //!
 //! The two last are the check's seeded defects: each must produce wrong paths.
 
@@ -62,20 +65,20 @@ pub enum Stream {
     Recorded,
     /// None.
     Dropped,
-    /// Each moved after its write.
-    MovedAfterWrite,
+    /// A BEFORE record at each record's time, and its AFTER after the write.
+    BeforeAfter,
 }
 
 impl Stream {
     /// Every stream, the one that must decode right first.
-    pub const ALL: [Self; 3] = [Self::Recorded, Self::Dropped, Self::MovedAfterWrite];
+    pub const ALL: [Self; 3] = [Self::Recorded, Self::Dropped, Self::BeforeAfter];
 
     /// Its name in reports.
     pub fn name(self) -> &'static str {
         match self {
             Self::Recorded => "recorded",
             Self::Dropped => "dropped",
-            Self::MovedAfterWrite => "moved-after-write",
+            Self::BeforeAfter => "before-after",
         }
     }
 }
@@ -179,7 +182,7 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
     match stream {
         Stream::Recorded => Ok(d.pokes.clone()),
         Stream::Dropped => Ok(Vec::new()),
-        Stream::MovedAfterWrite => {
+        Stream::BeforeAfter => {
             let by_addr: HashMap<u64, &Site> = d.sites.iter().map(|s| (s.addr, s)).collect();
             let mut out = Vec::new();
             for (i, p) in d.pokes.iter().enumerate() {
@@ -197,12 +200,20 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
                 let first = traced.iter().find(|e| {
                     e.site == site.index && e.path == path && e.time > p.time && e.time < next
                 });
-                let time = match first {
+                let after = match first {
                     Some(e) if e.time + 1 < next => e.time + 1,
                     _ => p.time,
                 };
-                out.push(Poke { time, ..p.clone() });
+                out.push(Poke {
+                    new: p.old.clone(),
+                    ..p.clone()
+                });
+                out.push(Poke {
+                    time: after,
+                    ..p.clone()
+                });
             }
+            // Stable: a BEFORE stays ahead of an AFTER at the same time.
             out.sort_by_key(|p| p.time);
             Ok(out)
         }
@@ -444,7 +455,7 @@ pub fn verdict(outcomes: &[Outcome], sel: &Selection, min_traced: usize) -> Resu
             Stream::Recorded if o.records == 0 => {
                 problems.push("recorded: no record at a watched site".into())
             }
-            Stream::Dropped | Stream::MovedAfterWrite if o.wrong == 0 => problems.push(format!(
+            Stream::Dropped | Stream::BeforeAfter if o.wrong == 0 => problems.push(format!(
                 "{}: every execution decoded right: the seeded defect was not caught",
                 o.stream.name()
             )),
@@ -547,12 +558,21 @@ mod tests {
     }
 
     #[test]
-    fn records_move_after_the_first_unguarded_execution_of_their_new_instruction() {
+    fn an_after_record_follows_the_first_unguarded_execution_of_its_new_instruction() {
         let d = dataset();
         let (traced, _) = select(&d).unwrap();
-        let moved = stream_records(&d, &traced, Stream::MovedAfterWrite).unwrap();
-        let times: Vec<u64> = moved.iter().map(|p| p.time).collect();
-        assert_eq!(times, [6_001, 9_501]);
+        let pairs = stream_records(&d, &traced, Stream::BeforeAfter).unwrap();
+        let times: Vec<u64> = pairs.iter().map(|p| p.time).collect();
+        assert_eq!(times, [5_000, 6_001, 9_000, 9_501]);
+        // BEFORE: the old bytes over themselves; AFTER: the record as it was.
+        assert_eq!(pairs[0].new, pairs[0].old);
+        assert_eq!(
+            pairs[1],
+            Poke {
+                time: 6_001,
+                ..d.pokes[0].clone()
+            }
+        );
         assert!(stream_records(&d, &traced, Stream::Dropped)
             .unwrap()
             .is_empty());
@@ -594,7 +614,7 @@ mod tests {
         let good = [
             o(Stream::Recorded, 0),
             o(Stream::Dropped, 3),
-            o(Stream::MovedAfterWrite, 1),
+            o(Stream::BeforeAfter, 1),
         ];
         assert_eq!(verdict(&good, &sel, 10), Ok(()));
         assert!(verdict(&good, &sel, 11).is_err());

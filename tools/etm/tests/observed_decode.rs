@@ -113,8 +113,8 @@ fn decode_all(test: &str) -> (observed::Selection, Vec<Outcome>) {
 }
 
 /// With perf applying records in time order, the recorded stream decodes every traced
-/// execution to its path; without records, or with each moved after its write, paths go
-/// wrong, and the verdict catches both.
+/// execution to its path; without records, or with seed 001's BEFORE/AFTER pairs (the AFTER
+/// after the write), paths go wrong, and the verdict catches both.
 #[test]
 #[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see perf_decode.rs)"]
 fn observed_executions_decode_to_their_paths_with_the_recorded_stream() {

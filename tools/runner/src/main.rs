@@ -89,8 +89,8 @@ enum Cmd {
     },
     /// Read the observed executions an arm64 boot printed (tools/etm/src/dataset.rs), trace
     /// them as an ETM would and have perf (`$TEXTPOKE_PERF`, else /usr/bin/perf) decode them
-    /// against the boot's records, none, and each moved after its write, in WORK: the first
-    /// must give every execution its path, the two others wrong paths
+    /// in WORK against the boot's records, none, and BEFORE/AFTER pairs (the AFTER after the
+    /// write): the first must give every execution its path, the two others wrong paths
     /// (tools/etm/src/observed.rs).
     EtmObserved {
         /// The boot's console log.
@@ -434,8 +434,8 @@ fn etm_observed(log: &std::path::Path, work: &std::path::Path) -> Result<bool> {
     match observed::verdict(&outcomes, &sel, ETM_MIN_TRACED) {
         Ok(()) => {
             println!(
-                "every execution decoded to its path with the recorded stream; the dropped and \
-                 moved streams caught"
+                "every execution decoded to its path with the boot's records; without them and \
+                 with BEFORE/AFTER pairs, wrong paths: caught"
             );
             Ok(true)
         }
