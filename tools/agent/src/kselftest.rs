@@ -25,11 +25,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use textpoke_agent::checks;
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
-use textpoke_agent::perf::{Recorder, RecorderConfig};
+use textpoke_agent::perf::{Drain, Recorder, RecorderConfig};
 use textpoke_agent::sys;
 
 use crate::log;
@@ -639,6 +640,27 @@ pub const KNOWN_LIMITATIONS: &[Limitation] = &[
         why: "it runs chrt, which the guests' busybox lacks",
     },
     Limitation {
+        case: "ftracetest/ftrace - function graph print function return value",
+        on: On::Both,
+        outcome: Outcome::Unsupported,
+        why: "the guest kernels are built without FUNCTION_GRAPH_RETVAL: no \
+              options/funcgraph-retval",
+    },
+    Limitation {
+        case: "ftracetest/Test ftrace direct functions against tracers",
+        on: On::Arm64,
+        outcome: Outcome::Unresolved,
+        why: "the arm64 guest kernels are built without the ftrace-direct sample module it \
+              loads (tools/kconfig/x86_64.config says why)",
+    },
+    Limitation {
+        case: "ftracetest/Test ftrace direct functions against kprobes",
+        on: On::Arm64,
+        outcome: Outcome::Unresolved,
+        why: "the arm64 guest kernels are built without the ftrace-direct sample module it \
+              loads (tools/kconfig/x86_64.config says why)",
+    },
+    Limitation {
         case: "ftracetest/Register/unregister optimized probe",
         on: On::Arm64,
         outcome: Outcome::Unsupported,
@@ -718,6 +740,50 @@ pub fn stock() -> BTreeMap<String, Result<Outcome, String>> {
         start.elapsed().as_secs_f64()
     ));
     r
+}
+
+/// How often the recorder is drained while a suite runs.
+const DRAIN_EVERY: Duration = Duration::from_millis(50);
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Runs `run` while a thread drains `rec` every [`DRAIN_EVERY`]: all of ftracetest makes
+/// millions of records, far more than the buffers hold. Returns what `run` returned and every
+/// record of the run, pokes sorted by time.
+fn drained_while<T>(rec: &mut Recorder, run: impl FnOnce() -> T) -> (T, Drain) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let drainer = scope.spawn(|| {
+            let mut all = Drain::default();
+            loop {
+                // The last drain starts after `run` returned, so it takes its last records.
+                let last = stop.load(Ordering::Acquire);
+                all.absorb(rec.drain());
+                if last {
+                    break;
+                }
+                std::thread::sleep(DRAIN_EVERY);
+            }
+            all.pokes.sort_by_key(|p| p.time);
+            all
+        });
+        let out = {
+            // Set however `run` ends, so that the drainer always stops.
+            let _stop = StopOnDrop(&stop);
+            run()
+        };
+        let all = drainer
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (out, all)
+    })
 }
 
 /// The records one suite's run made in the kernel text, replayed onto the text read before it:
@@ -800,8 +866,7 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
     let mut suite = |name: &'static str, run: &mut dyn FnMut() -> bool| {
         let before = kcore.read(text.0, text.1);
         let counted = crate::kernel_patching::counters();
-        let ran = run();
-        let drain = rec.drain();
+        let (ran, drain) = drained_while(&mut rec, run);
         let after = kcore.read(text.0, text.1);
         if ran {
             let now = crate::kernel_patching::counters();

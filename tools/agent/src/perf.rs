@@ -435,6 +435,17 @@ pub struct Drain {
 }
 
 impl Drain {
+    /// Adds `later`, a drain taken after this one, keeping the pokes in drain order: sort
+    /// them by time (stably) once the last is absorbed.
+    pub fn absorb(&mut self, later: Drain) {
+        self.pokes.extend(later.pokes);
+        self.lost_records += later.lost_records;
+        self.lost_events += later.lost_events;
+        self.other_records += later.other_records;
+        self.errors.extend(later.errors);
+        self.full_buffers += later.full_buffers;
+    }
+
     /// Whether nothing was lost, no buffer was full (so nothing may have been lost without a
     /// lost record yet) and nothing was malformed.
     pub fn is_clean(&self) -> bool {

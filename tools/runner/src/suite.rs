@@ -368,11 +368,12 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // kselftest.rs) instead of its subset: the function tracer's own cases and
                 // ftrace direct calls, minutes each, twice. The negative controls stay in
                 // `make test`, which runs them on this kernel.
+                // 2 GiB: the replay holds every record of all of ftracetest, millions of them.
                 let mut full = guest(
                     arch,
                     &format!("{arch}-full"),
                     2,
-                    1024,
+                    2048,
                     "test",
                     "textpoke_agent",
                 );
