@@ -5,8 +5,9 @@
 //! (tools/patches/0012, built by tools/perf.sh), named in `$TEXTPOKE_PERF`, as the ignored
 //! tests of perf_decode.rs do; the other runs Debian's perf.
 
-use std::fs;
-use std::path::PathBuf;
+mod common;
+
+use common::TempDir;
 use textpoke_etm::dataset::{Dataset, Exec, Poke, Site};
 use textpoke_etm::decode;
 use textpoke_etm::observed::{self, Outcome, Stream};
@@ -72,25 +73,6 @@ fn dataset() -> Dataset {
     }
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("textpoke-etm-{}-{test}", std::process::id()));
-        if dir.exists() {
-            fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
-        }
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 fn decode_all(test: &str) -> (observed::Selection, Vec<Outcome>) {
     if let Err(e) = decode::require_perf() {
         panic!("{e}");
@@ -104,8 +86,7 @@ fn decode_all(test: &str) -> (observed::Selection, Vec<Outcome>) {
     let outcomes = Stream::ALL
         .iter()
         .map(|&s| {
-            let dir = tmp.0.join(s.name());
-            fs::create_dir(&dir).expect("a stream's directory");
+            let dir = tmp.sub(s.name());
             observed::decode_stream(&d, &traced, s, &dir).unwrap_or_else(|e| panic!("{s:?}: {e}"))
         })
         .collect();

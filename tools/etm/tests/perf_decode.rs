@@ -9,8 +9,10 @@
 //! `cpu_wide_text_poke_is_applied_at_the_end_of_the_decode` fail instead: they pin down the
 //! unpatched behaviour.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::TempDir;
+use std::path::Path;
 use textpoke_etm::a64::Kind;
 use textpoke_etm::decode::{
     self, Built, BuiltCpuWide, Comparison, CpuWide, Decoded, Difference, PokeRecord, Scenario,
@@ -43,35 +45,6 @@ fn dense_timestamps(poke: Option<PokeRecord>) -> [(&'static str, Scenario); 2] {
         ..raw
     };
     [("raw", raw), ("formatted", formatted)]
-}
-
-/// A directory under the system temporary directory, unique to this process and test,
-/// removed when dropped (also when the test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("textpoke-etm-{}-{test}", std::process::id()));
-        if dir.exists() {
-            fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
-        }
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        TempDir(dir)
-    }
-
-    fn sub(&self, name: &str) -> PathBuf {
-        let dir = self.0.join(name);
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        dir
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.0) {
-            eprintln!("removing {}: {e}", self.0.display());
-        }
-    }
 }
 
 /// Build and decode `s` in `dir`; fails the test when perf cannot be used.
