@@ -166,12 +166,7 @@ fn dataset(
             .iter()
             .map(|w| {
                 Ok(etm_dataset::Site {
-                    index: w.index,
-                    addr: w.addr,
-                    on: w.on.clone(),
-                    off: w.off.clone(),
-                    taken: w.taken,
-                    fall: w.fall,
+                    watched: w.clone(),
                     initial: *initial
                         .get(&w.index)
                         .ok_or_else(|| format!("site {:#x}: no path before the run", w.addr))?,

@@ -57,22 +57,9 @@ use crate::breakpoint::{
 use crate::checks::Timeline;
 use crate::perf::{self, MappedRing, PerfEventAttr, TextPokeRec};
 
-/// A watched site: where it is, its two instructions, where each path goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Watched {
-    /// The exerciser's index.
-    pub index: usize,
-    /// The site's address.
-    pub addr: u64,
-    /// The instruction of path 1 (`on`): a jump to `taken`.
-    pub on: Vec<u8>,
-    /// The instruction of path 0 (`off`): falls through to `fall`.
-    pub off: Vec<u8>,
-    /// The taken path's first instruction.
-    pub taken: u64,
-    /// The instruction after the site.
-    pub fall: u64,
-}
+/// A watched site: where it is, its two instructions, where each path goes (defined with the
+/// lines that carry it to the host).
+pub use crate::etm_dataset::Watched;
 
 /// The guard as the site's first four bytes read little-endian show it: x86 `INT3` in the low
 /// byte, arm64 `BRK #0x008` (kernel/textpoke.h) in all four.

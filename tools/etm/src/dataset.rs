@@ -28,22 +28,30 @@ pub const PREFIX: &str = "textpoke-etm: ";
 /// Executions per `execs` line: a console line stays well under printk's limit (1024 bytes).
 pub const EXECS_PER_LINE: usize = 48;
 
-/// A watched branch site.
+/// A watched branch site: where it is, its two instructions, where each path goes. The
+/// observer watches these (tools/agent/src/observer.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Site {
+pub struct Watched {
     /// The exerciser's index of the site.
     pub index: usize,
-    /// Its address.
+    /// The site's address.
     pub addr: u64,
-    /// Path 1's instruction: a jump to `taken`.
+    /// The instruction of path 1 (`on`): a jump to `taken`.
     pub on: Vec<u8>,
-    /// Path 0's instruction: falls through to `fall`.
+    /// The instruction of path 0 (`off`): falls through to `fall`.
     pub off: Vec<u8>,
-    /// Where path 1 goes.
+    /// The taken path's first instruction.
     pub taken: u64,
     /// The instruction after the site.
     pub fall: u64,
-    /// The path in effect before the site's first record.
+}
+
+/// A watched site as the dataset carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The site.
+    pub watched: Watched,
+    /// The path in effect before the site's first record (1 = `on`).
     pub initial: u8,
 }
 
@@ -129,14 +137,15 @@ impl Dataset {
         execs.sort_by_key(|e| e.time);
         let mut out = vec![format!("{PREFIX}begin")];
         for s in &self.sites {
+            let w = &s.watched;
             out.push(format!(
                 "{PREFIX}site {} {:x} {} {} {:x} {:x} {}",
-                s.index,
-                s.addr,
-                hex(&s.on),
-                hex(&s.off),
-                s.taken,
-                s.fall,
+                w.index,
+                w.addr,
+                hex(&w.on),
+                hex(&w.off),
+                w.taken,
+                w.fall,
                 s.initial
             ));
         }
@@ -185,12 +194,14 @@ impl Dataset {
             let mut w = line.split(' ');
             match w.next() {
                 Some("site") => d.sites.push(Site {
-                    index: num(w.next(), "site index")?,
-                    addr: addr(w.next(), "site address")?,
-                    on: unhex(w.next().ok_or("no ON bytes")?)?,
-                    off: unhex(w.next().ok_or("no OFF bytes")?)?,
-                    taken: addr(w.next(), "taken address")?,
-                    fall: addr(w.next(), "fall-through address")?,
+                    watched: Watched {
+                        index: num(w.next(), "site index")?,
+                        addr: addr(w.next(), "site address")?,
+                        on: unhex(w.next().ok_or("no ON bytes")?)?,
+                        off: unhex(w.next().ok_or("no OFF bytes")?)?,
+                        taken: addr(w.next(), "taken address")?,
+                        fall: addr(w.next(), "fall-through address")?,
+                    },
                     initial: num(w.next(), "initial path")?,
                 }),
                 Some("poke") => d.pokes.push(Poke {
@@ -253,12 +264,14 @@ mod tests {
     fn sample() -> Dataset {
         Dataset {
             sites: vec![Site {
-                index: 3,
-                addr: 0xffff_8000_7a01_0040,
-                on: vec![0x02, 0, 0, 0x14],
-                off: vec![0x1f, 0x20, 0x03, 0xd5],
-                taken: 0xffff_8000_7a01_0048,
-                fall: 0xffff_8000_7a01_0044,
+                watched: Watched {
+                    index: 3,
+                    addr: 0xffff_8000_7a01_0040,
+                    on: vec![0x02, 0, 0, 0x14],
+                    off: vec![0x1f, 0x20, 0x03, 0xd5],
+                    taken: 0xffff_8000_7a01_0048,
+                    fall: 0xffff_8000_7a01_0044,
+                },
                 initial: 0,
             }],
             pokes: vec![Poke {

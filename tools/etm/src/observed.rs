@@ -115,9 +115,9 @@ pub struct Outcome {
 
 /// A site's path after `bytes` were written to it, if they are one of its instructions.
 fn path_of(site: &Site, bytes: &[u8]) -> Option<u8> {
-    if bytes == site.on.as_slice() {
+    if bytes == site.watched.on.as_slice() {
         Some(1)
-    } else if bytes == site.off.as_slice() {
+    } else if bytes == site.watched.off.as_slice() {
         Some(0)
     } else {
         None
@@ -127,7 +127,7 @@ fn path_of(site: &Site, bytes: &[u8]) -> Option<u8> {
 /// Per site index: `(record time, path after it)` in time order. A record at no watched site
 /// is an error, as is one whose new bytes are neither instruction.
 fn timelines(d: &Dataset) -> Result<HashMap<usize, Vec<(u64, u8)>>, String> {
-    let by_addr: HashMap<u64, &Site> = d.sites.iter().map(|s| (s.addr, s)).collect();
+    let by_addr: HashMap<u64, &Site> = d.sites.iter().map(|s| (s.watched.addr, s)).collect();
     let mut out: HashMap<usize, Vec<(u64, u8)>> = HashMap::new();
     for p in &d.pokes {
         let s = by_addr
@@ -135,7 +135,7 @@ fn timelines(d: &Dataset) -> Result<HashMap<usize, Vec<(u64, u8)>>, String> {
             .ok_or_else(|| format!("a record at {:#x}, no watched site", p.addr))?;
         let path = path_of(s, &p.new)
             .ok_or_else(|| format!("a record writes {:02x?} at site {:#x}", p.new, p.addr))?;
-        out.entry(s.index).or_default().push((p.time, path));
+        out.entry(s.watched.index).or_default().push((p.time, path));
     }
     Ok(out)
 }
@@ -150,7 +150,7 @@ fn path_at(site: &Site, timeline: &[(u64, u8)], t: u64) -> u8 {
 
 /// The executions the trace holds, in time order, and how the rest were left out.
 pub fn select(d: &Dataset) -> Result<(Vec<Exec>, Selection), String> {
-    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.index, s)).collect();
+    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.watched.index, s)).collect();
     let tl = timelines(d)?;
     let mut sel = Selection::default();
     let mut out = Vec::new();
@@ -183,7 +183,8 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
         Stream::Recorded => Ok(d.pokes.clone()),
         Stream::Dropped => Ok(Vec::new()),
         Stream::BeforeAfter => {
-            let by_addr: HashMap<u64, &Site> = d.sites.iter().map(|s| (s.addr, s)).collect();
+            let by_addr: HashMap<u64, &Site> =
+                d.sites.iter().map(|s| (s.watched.addr, s)).collect();
             let mut out = Vec::new();
             for (i, p) in d.pokes.iter().enumerate() {
                 let site = by_addr
@@ -197,8 +198,9 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
                     .map_or(u64::MAX, |q| q.time);
                 // The first unguarded execution of the new instruction before the site's next
                 // record: the write had happened by then.
+                let index = site.watched.index;
                 let first = traced.iter().find(|e| {
-                    e.site == site.index && e.path == path && e.time > p.time && e.time < next
+                    e.site == index && e.path == path && e.time > p.time && e.time < next
                 });
                 let after = match first {
                     Some(e) if e.time + 1 < next => e.time + 1,
@@ -226,15 +228,15 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
 fn image(d: &Dataset) -> Result<(u64, Vec<u32>), String> {
     let mut lo = u64::MAX;
     let mut hi = 0;
-    for s in &d.sites {
-        if s.on.len() != 4 || s.off.len() != 4 || s.fall != s.addr + 4 {
+    for Site { watched: w, .. } in &d.sites {
+        if w.on.len() != 4 || w.off.len() != 4 || w.fall != w.addr + 4 {
             return Err(format!(
                 "site {:#x}: not an arm64 branch site (on {:02x?}, off {:02x?}, fall {:#x})",
-                s.addr, s.on, s.off, s.fall
+                w.addr, w.on, w.off, w.fall
             ));
         }
-        lo = lo.min(s.addr);
-        hi = hi.max(s.fall + 4);
+        lo = lo.min(w.addr);
+        hi = hi.max(w.fall + 4);
     }
     if d.sites.is_empty() {
         return Err("no watched site".into());
@@ -246,14 +248,18 @@ fn image(d: &Dataset) -> Result<(u64, Vec<u32>), String> {
     }
     let mut words = vec![NOP; ((end - base) / 4) as usize];
     let mut used = HashMap::new();
-    for s in &d.sites {
-        let initial = if s.initial == 1 { &s.on } else { &s.off };
-        let word = u32::from_le_bytes(initial.as_slice().try_into().map_err(|_| "4 bytes")?);
-        for (at, what) in [(s.addr, word), (s.fall, a64::b(s.fall, s.taken))] {
-            if used.insert(at, s.index).is_some() {
+    for Site {
+        watched: w,
+        initial,
+    } in &d.sites
+    {
+        let before = if *initial == 1 { &w.on } else { &w.off };
+        let word = u32::from_le_bytes(before.as_slice().try_into().map_err(|_| "4 bytes")?);
+        for (at, what) in [(w.addr, word), (w.fall, a64::b(w.fall, w.taken))] {
+            if used.insert(at, w.index).is_some() {
                 return Err(format!(
                     "site {:#x}: its words overlap another site's",
-                    s.addr
+                    w.addr
                 ));
             }
             words[((at - base) / 4) as usize] = what;
@@ -265,15 +271,15 @@ fn image(d: &Dataset) -> Result<(u64, Vec<u32>), String> {
 /// Where the branch of each traced execution must decode from: the site when it took the
 /// jump, its fall-through address otherwise.
 fn expected(d: &Dataset, traced: &[Exec]) -> Vec<u64> {
-    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.index, s)).collect();
+    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.watched.index, s)).collect();
     traced
         .iter()
         .map(|e| {
             let s = sites[&e.site];
             if e.path == 1 {
-                s.addr
+                s.watched.addr
             } else {
-                s.fall
+                s.watched.fall
             }
         })
         .collect()
@@ -320,8 +326,9 @@ fn build(d: &Dataset, traced: &[Exec], records: &[Poke], dir: &Path) -> Result<B
         e.addr_ctxt64(
             d.sites
                 .iter()
-                .find(|s| s.index == x.site)
+                .find(|s| s.watched.index == x.site)
                 .ok_or("an execution at no site")?
+                .watched
                 .addr,
             1,
             Some(PID),
@@ -382,7 +389,7 @@ pub fn decode_stream(
     let sources: HashMap<u64, ()> = d
         .sites
         .iter()
-        .flat_map(|s| [(s.addr, ()), (s.fall, ())])
+        .flat_map(|s| [(s.watched.addr, ()), (s.watched.fall, ())])
         .collect();
     let got: Vec<u64> = decoded
         .branches
@@ -477,18 +484,21 @@ pub fn verdict(outcomes: &[Outcome], sel: &Selection, min_traced: usize) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::Watched;
 
     const ON: [u8; 4] = [0x02, 0, 0, 0x14]; // b .+8
     const OFF: [u8; 4] = [0x1f, 0x20, 0x03, 0xd5]; // nop
 
     fn site(index: usize, addr: u64) -> Site {
         Site {
-            index,
-            addr,
-            on: ON.to_vec(),
-            off: OFF.to_vec(),
-            taken: addr + 8,
-            fall: addr + 4,
+            watched: Watched {
+                index,
+                addr,
+                on: ON.to_vec(),
+                off: OFF.to_vec(),
+                taken: addr + 8,
+                fall: addr + 4,
+            },
             initial: 0,
         }
     }
@@ -587,12 +597,12 @@ mod tests {
         let d = dataset();
         let (base, words) = image(&d).unwrap();
         let s = &d.sites[0];
-        assert_eq!(base, s.addr & !0xfff);
+        assert_eq!(base, s.watched.addr & !0xfff);
         let at = |a: u64| words[((a - base) / 4) as usize];
-        assert_eq!(at(s.addr), NOP);
-        assert_eq!(at(s.fall), a64::b(s.fall, s.taken));
+        assert_eq!(at(s.watched.addr), NOP);
+        assert_eq!(at(s.watched.fall), a64::b(s.watched.fall, s.watched.taken));
         let mut overlapping = d.clone();
-        overlapping.sites.push(site(1, s.fall));
+        overlapping.sites.push(site(1, s.watched.fall));
         assert!(image(&overlapping).unwrap_err().contains("overlap"));
     }
 

@@ -8,7 +8,7 @@
 mod common;
 
 use common::TempDir;
-use textpoke_etm::dataset::{Dataset, Exec, Poke, Site};
+use textpoke_etm::dataset::{Dataset, Exec, Poke, Site, Watched};
 use textpoke_etm::decode;
 use textpoke_etm::observed::{self, Outcome, Stream};
 
@@ -24,12 +24,14 @@ fn dataset() -> Dataset {
         .map(|i| {
             let addr = base + 64 * i as u64;
             Site {
-                index: 10 + i,
-                addr,
-                on: ON.to_vec(),
-                off: OFF.to_vec(),
-                taken: addr + 8,
-                fall: addr + 4,
+                watched: Watched {
+                    index: 10 + i,
+                    addr,
+                    on: ON.to_vec(),
+                    off: OFF.to_vec(),
+                    taken: addr + 8,
+                    fall: addr + 4,
+                },
                 initial: 0,
             }
         })
@@ -41,7 +43,7 @@ fn dataset() -> Dataset {
             let on = k % 2 == 1;
             pokes.push(Poke {
                 time: flip(k) + j as u64,
-                addr: s.addr,
+                addr: s.watched.addr,
                 old: if on { OFF } else { ON }.to_vec(),
                 new: if on { ON } else { OFF }.to_vec(),
             });
@@ -59,7 +61,7 @@ fn dataset() -> Dataset {
                 execs.push(Exec {
                     time,
                     cpu,
-                    site: s.index,
+                    site: s.watched.index,
                     path: (k % 2) as u8,
                     guard,
                 });
