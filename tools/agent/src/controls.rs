@@ -493,10 +493,10 @@ fn observer_control(kcore: &Kcore) -> Case {
     const NAME: &str = "control_unguarded_nosync_caught_by_observer";
     const MODE: i32 = defects::UNGUARDED_NOSYNC.mode;
     let run = || -> Result<String, String> {
-        let (_, (ev, c, v)) = under_defect(MODE, |sites| {
+        let (_, o) = under_defect(MODE, |sites| {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
         })?;
-        observer_caught(&ev, &c, &v)
+        observer_caught(&o.ev, &o.collected, &o.verdicts)
     };
     match run() {
         Ok(found) => Case::pass(NAME)
@@ -539,11 +539,10 @@ fn before_after_observed(kcore: &Kcore) -> Case {
     const NAME: &str = defects::BEFORE_AFTER.caught_by;
     const MODE: i32 = defects::BEFORE_AFTER.mode;
     let run = || -> Result<String, String> {
-        let (sites, (ev, c, v)) = under_defect(MODE, |sites| {
+        let (sites, o) = under_defect(MODE, |sites| {
             crate::observed::run(crate::observed::CONTROL_SPEC, sites, kcore)
         })?;
-        let watched = crate::observed::watched(&sites)?;
-        before_after_caught(&ev, &sites, &watched, &c, &v)
+        before_after_caught(&o.ev, &sites, &o.watched, &o.collected, &o.verdicts)
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),

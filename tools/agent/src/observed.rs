@@ -85,12 +85,21 @@ pub fn watched(sites: &[Site]) -> Result<Vec<Watched>, String> {
     Ok(out)
 }
 
+/// An observed run: the scenario's evidence, the sites the observer watched, what it saw and
+/// its verdicts on that.
+pub struct Observed {
+    /// The scenario's evidence.
+    pub ev: Evidence,
+    /// The watched sites.
+    pub watched: Vec<Watched>,
+    /// The observer's hits.
+    pub collected: Collected,
+    /// Its verdicts.
+    pub verdicts: Verdicts,
+}
+
 /// Runs `spec` (one key of branch sites) with the observer and judges what the observer saw.
-pub fn run(
-    spec: &str,
-    sites: &[Site],
-    kcore: &Kcore,
-) -> Result<(Evidence, Collected, Verdicts), String> {
+pub fn run(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Observed, String> {
     let watched = watched(sites)?;
     let config = Config {
         sites: watched.clone(),
@@ -99,7 +108,12 @@ pub fn run(
     let (ev, collected) = scenario::run_observed(spec, sites, kcore, Some(config))?;
     let collected = collected.ok_or("the observer did not run")?;
     let verdicts = judge(&ev, sites, &watched, &collected)?;
-    Ok((ev, collected, verdicts))
+    Ok(Observed {
+        ev,
+        watched,
+        collected,
+        verdicts,
+    })
 }
 
 /// The observer's verdicts on `collected`: against the records perf delivered, each site's path
@@ -224,7 +238,12 @@ pub fn summary(c: &Collected, v: &Verdicts) -> String {
 /// The observed scenario as a KTAP group: the scenario's own checks, then the observer's.
 pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     const NAME: &str = "scenario_observed";
-    let (ev, c, v) = match run(SPEC, sites, kcore) {
+    let Observed {
+        ev,
+        watched,
+        collected: c,
+        verdicts: v,
+    } = match run(SPEC, sites, kcore) {
         Ok(r) => r,
         Err(e) => return Case::fail(NAME, e),
     };
@@ -232,9 +251,7 @@ pub fn case(sites: &[Site], kcore: &Kcore) -> Case {
     crate::log(&format!("observer: {line}"));
     let mut printed = None;
     if textpoke_agent::sys::cmdline_param(DATASET_PARAM).as_deref() == Some("1") {
-        let watched = watched(sites);
-        let d = watched.and_then(|w| dataset(&ev, sites, &w, &c));
-        printed = Some(d.map(|d| {
+        printed = Some(dataset(&ev, sites, &watched, &c).map(|d| {
             for l in d.lines() {
                 crate::log(&l);
             }

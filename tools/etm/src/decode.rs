@@ -808,8 +808,12 @@ fn problems(dump: &str, stderrs: &[String]) -> (Vec<String>, Vec<String>) {
 
 /// Decode `b` with [`perf()`].
 pub fn decode(b: &Built) -> Result<Decoded, String> {
-    let vmlinux = b.kernel.then_some(b.elf.as_path());
-    let script = |args: &[&str]| perf_script(&b.perf_data, vmlinux, args);
+    decode_file(&b.perf_data, b.kernel.then_some(b.elf.as_path()))
+}
+
+/// Decode the one-queue trace of `perf_data` with [`perf()`], kernel text from `vmlinux`.
+pub fn decode_file(perf_data: &Path, vmlinux: Option<&Path>) -> Result<Decoded, String> {
+    let script = |args: &[&str]| perf_script(perf_data, vmlinux, args);
     let (dump, dump_err) = script(&["-D"])?;
     let (insns, insns_err) = script(&["--itrace=i1i", "-F", "ip,sym"])?;
     let (branches, branches_err) = script(&["--itrace=b", "-F", "ip,addr"])?;

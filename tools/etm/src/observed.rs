@@ -47,13 +47,13 @@
 //!
 //! The two last are the check's seeded defects: each must produce wrong paths.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::a64::{self, NOP};
 use crate::dataset::{Dataset, Exec, Poke, Site};
-use crate::decode::{self, Built, Truth, PID, TRACE_ID};
+use crate::decode::{self, PID, TRACE_ID};
 use crate::elf;
 use crate::etm;
 use crate::perfdata::{self as pd, PerfFile};
@@ -113,6 +113,16 @@ pub struct Outcome {
     pub examples: Vec<String>,
 }
 
+/// The dataset's sites by address.
+fn by_addr(d: &Dataset) -> HashMap<u64, &Site> {
+    d.sites.iter().map(|s| (s.watched.addr, s)).collect()
+}
+
+/// The dataset's sites by index.
+fn by_index(d: &Dataset) -> HashMap<usize, &Site> {
+    d.sites.iter().map(|s| (s.watched.index, s)).collect()
+}
+
 /// A site's path after `bytes` were written to it, if they are one of its instructions.
 fn path_of(site: &Site, bytes: &[u8]) -> Option<u8> {
     if bytes == site.watched.on.as_slice() {
@@ -127,7 +137,7 @@ fn path_of(site: &Site, bytes: &[u8]) -> Option<u8> {
 /// Per site index: `(record time, path after it)` in time order. A record at no watched site
 /// is an error, as is one whose new bytes are neither instruction.
 fn timelines(d: &Dataset) -> Result<HashMap<usize, Vec<(u64, u8)>>, String> {
-    let by_addr: HashMap<u64, &Site> = d.sites.iter().map(|s| (s.watched.addr, s)).collect();
+    let by_addr = by_addr(d);
     let mut out: HashMap<usize, Vec<(u64, u8)>> = HashMap::new();
     for p in &d.pokes {
         let s = by_addr
@@ -150,7 +160,7 @@ fn path_at(site: &Site, timeline: &[(u64, u8)], t: u64) -> u8 {
 
 /// The executions the trace holds, in time order, and how the rest were left out.
 pub fn select(d: &Dataset) -> Result<(Vec<Exec>, Selection), String> {
-    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.watched.index, s)).collect();
+    let sites = by_index(d);
     let tl = timelines(d)?;
     let mut sel = Selection::default();
     let mut out = Vec::new();
@@ -183,8 +193,7 @@ pub fn stream_records(d: &Dataset, traced: &[Exec], stream: Stream) -> Result<Ve
         Stream::Recorded => Ok(d.pokes.clone()),
         Stream::Dropped => Ok(Vec::new()),
         Stream::BeforeAfter => {
-            let by_addr: HashMap<u64, &Site> =
-                d.sites.iter().map(|s| (s.watched.addr, s)).collect();
+            let by_addr = by_addr(d);
             let mut out = Vec::new();
             for (i, p) in d.pokes.iter().enumerate() {
                 let site = by_addr
@@ -271,7 +280,7 @@ fn image(d: &Dataset) -> Result<(u64, Vec<u32>), String> {
 /// Where the branch of each traced execution must decode from: the site when it took the
 /// jump, its fall-through address otherwise.
 fn expected(d: &Dataset, traced: &[Exec]) -> Vec<u64> {
-    let sites: HashMap<usize, &Site> = d.sites.iter().map(|s| (s.watched.index, s)).collect();
+    let sites = by_index(d);
     traced
         .iter()
         .map(|e| {
@@ -286,8 +295,13 @@ fn expected(d: &Dataset, traced: &[Exec]) -> Vec<u64> {
 }
 
 /// Writes the trace of `traced` with `records` into `dir` (which must exist): the perf.data
-/// and the image as `vmlinux`.
-fn build(d: &Dataset, traced: &[Exec], records: &[Poke], dir: &Path) -> Result<Built, String> {
+/// and the image as `vmlinux`; returns their paths.
+fn build(
+    d: &Dataset,
+    traced: &[Exec],
+    records: &[Poke],
+    dir: &Path,
+) -> Result<(PathBuf, PathBuf), String> {
     let (base, words) = image(d)?;
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let dir = fs::canonicalize(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
@@ -317,22 +331,15 @@ fn build(d: &Dataset, traced: &[Exec], records: &[Poke], dir: &Path) -> Result<B
             "a time of {first} ns: the side-band records go before it"
         ));
     }
+    let sites = by_index(d);
     let mut e = etm::Encoder::new();
     e.async_();
     e.trace_info();
     for x in traced {
+        let site = sites.get(&x.site).ok_or("an execution at no site")?;
         e.trace_on();
         e.timestamp(x.time);
-        e.addr_ctxt64(
-            d.sites
-                .iter()
-                .find(|s| s.watched.index == x.site)
-                .ok_or("an execution at no site")?
-                .watched
-                .addr,
-            1,
-            Some(PID),
-        );
+        e.addr_ctxt64(site.watched.addr, 1, Some(PID));
         e.atom(true);
     }
     e.timestamp(last + 5);
@@ -364,13 +371,7 @@ fn build(d: &Dataset, traced: &[Exec], records: &[Poke], dir: &Path) -> Result<B
     let perf_data = dir.join("perf.data");
     fs::write(&perf_data, f.finish())
         .map_err(|e| format!("writing {}: {e}", perf_data.display()))?;
-    Ok(Built {
-        perf_data,
-        elf: elf_path,
-        kernel: true,
-        packets: e.log,
-        truth: Truth::new(Vec::new(), base),
-    })
+    Ok((perf_data, elf_path))
 }
 
 /// Decodes `traced` against `stream`'s records with [`decode::perf()`], in `dir`.
@@ -381,21 +382,21 @@ pub fn decode_stream(
     dir: &Path,
 ) -> Result<Outcome, String> {
     let records = stream_records(d, traced, stream)?;
-    let built = build(d, traced, &records, dir)?;
-    let decoded = decode::decode(&built)?;
+    let (perf_data, vmlinux) = build(d, traced, &records, dir)?;
+    let decoded = decode::decode_file(&perf_data, Some(&vmlinux))?;
     let want = expected(d, traced);
     // Each fragment shows as `0 => site` (the trace starts) and `source => 0` (it stops at
     // the next Trace On): the sources at a watched site or fall-through are the decoded paths.
-    let sources: HashMap<u64, ()> = d
+    let sources: HashSet<u64> = d
         .sites
         .iter()
-        .flat_map(|s| [(s.watched.addr, ()), (s.watched.fall, ())])
+        .flat_map(|s| [s.watched.addr, s.watched.fall])
         .collect();
     let got: Vec<u64> = decoded
         .branches
         .iter()
         .map(|b| b.0)
-        .filter(|from| sources.contains_key(from))
+        .filter(|from| sources.contains(from))
         .collect();
     let mut errors = decoded.dump_errors.clone();
     errors.extend(decoded.unexpected_stderr.iter().cloned());
