@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A batch: sites to change together, then the plan executed step by step.
+//! A batch: sites to change together, then the plan run phase by phase.
 //!
 //! A batch owns its sites from [`Batch::add`] until it is committed or dropped (another batch
 //! naming one of them gets `EBUSY`), and pins their modules and textpoke itself, so neither
-//! can be unloaded while it exists. [`Batch::commit`] runs the planner's steps (`plan.rs`, the
-//! canonical description of the protocol) verbatim, each step one primitive: a text write
-//! (`Arch::write`) under `text_mutex`, an all-CPU sync, `perf_event_text_poke()`, or a parked
-//! section run with every other CPU stopped (`stop_machine_cpuslocked()`). A step's writes,
-//! consecutive in the plan, go to the arch together (`Arch::write_many`).
+//! can be unloaded while it exists. [`Batch::commit`] runs the planner's phases (`plan.rs`, the
+//! canonical description of the protocol), each kind with a function of its own (`Run::phase`)
+//! whose steps are primitives: text writes under `text_mutex`, a phase's handed to the arch
+//! together (`Arch::write_many`), an all-CPU sync, `perf_event_text_poke()`, or a parked section
+//! run with every other CPU stopped (`stop_machine_cpuslocked()`).
 //!
 //! Several batches may be committed concurrently from different threads: each holds
 //! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
@@ -27,7 +27,9 @@ use crate::kernel_text;
 use crate::module_text::{Module, ModuleRef};
 use crate::patch_series::{Generic, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::pending::PublishError;
-use crate::plan::{Change, Plan, Protocol, Recovery, Repair, Step, Stranded};
+use crate::plan::{
+    Change, Changes, Phase, Plan, Protocol, Record, Recovery, Repair, Stranded, Write,
+};
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -43,9 +45,9 @@ use kernel::{
 /// executor, a vCPU's turn under TCG (the per-part breakdown of `make bench` shows it).
 const WRITES_PER_RESCHED: u32 = 3 * 256;
 
-/// Most writes made together (`Arch::write_many`). The plan runs one step over every change
-/// before the next step, in address order, so a step's writes come one after the other, sorted:
-/// the arch shares a temporary mm (x86) or a page's mapping (arm64) between them.
+/// Most writes made together (`Arch::write_many`). A phase of writes is one kind of write over
+/// every change that needs it, in address order, so its writes come one after the other,
+/// sorted: the arch shares a temporary mm (x86) or a page's mapping (arm64) between them.
 const WRITE_RUN: usize = 64;
 
 /// What a commit cost (`struct textpoke_batch_stats` in kernel/textpoke.h).
@@ -379,7 +381,6 @@ impl Batch {
             stats: &mut self.stats,
             sites: self.state.sites.as_mut_slice(),
             conflict: self.state.conflict.as_mut_slice(),
-            parked: self.state.parked.as_mut_slice(),
             emitted: self.state.emitted.as_mut_slice(),
             text,
             fail_write: if self.kernel {
@@ -388,13 +389,7 @@ impl Batch {
                 debug::failing_write()
             },
             parts: [0; Part::ALL.len()],
-            queued: [TextWrite {
-                addr: 0,
-                bytes: &[],
-            }; WRITE_RUN],
-            nqueued: 0,
             guards: 0,
-            queued_part: Part::Other,
             since_resched: 0,
         };
         let table_start = clock::now();
@@ -622,9 +617,8 @@ struct Run<'a, A> {
     /// Per change, whether its site no longer held the guard when its head was due: another
     /// patcher wrote there, and the site is left as that patcher left it (`Run::check_guards`).
     conflict: &'a mut [bool],
-    /// Room for a parked section's steps, and for when and where the master ran each
+    /// Per change, when and on which CPU a parked section emitted its record
     /// ([`CommitState`]).
-    parked: &'a mut [Step],
     emitted: &'a mut [(u64, usize)],
     /// How `text_mutex` is held, and the commit's other locks.
     text: A,
@@ -633,14 +627,8 @@ struct Run<'a, A> {
     fail_write: Option<u32>,
     /// Time per part of the plan so far (see [`Part`]).
     parts: Parts,
-    /// Writes planned and not made yet, all of one step ([`Run::flush`] makes them): the first
-    /// `nqueued`. On the stack, so that a commit allocates nothing.
-    queued: [TextWrite<'a>; WRITE_RUN],
-    nqueued: usize,
-    /// Guards queued or written so far.
+    /// Guards written so far.
     guards: u32,
-    /// The part of the commit's time those writes count to.
-    queued_part: Part,
     /// Writes made since the last `cond_resched()`.
     since_resched: u32,
 }
@@ -652,19 +640,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         self.text.release();
     }
 
-    /// Change `i`, or `EINVAL` with a log line: the plan only names changes of its batch.
-    fn entry(&self, i: usize) -> Result<&'a Entry> {
-        self.entries.get(i).ok_or_else(|| {
-            pr_err!(
-                "batch {}: plan named change {i} of {}\n",
-                self.id,
-                self.entries.len()
-            );
-            EINVAL
-        })
-    }
-
-    /// Runs the plan's steps, with the batch published in the pending table.
+    /// Runs the plan phase by phase, with the batch published in the pending table.
     ///
     /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
     fn plan(&mut self, defect: Defect, protocol: Protocol) -> Result {
@@ -675,47 +651,28 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Protocol::Guarded => defect.protocol(),
             quiet => quiet,
         };
-        let mut plan = Plan::with_protocol(CurrentArch::PLAN, protocol, entries);
-        // The one change a step-skipping defect hits: the first guarded one.
-        let victim = entries.iter().position(|e| !e.change.parked);
-        let mut heads_checked = false;
-        while let Some(step) = plan.next() {
-            let step = match seeded(defect, victim, step) {
-                Seeded::Skip => continue,
-                Seeded::WrongOld(i) => {
-                    self.emit(i, Emit::WrongOld).or_else(|e| self.fail(e))?;
-                    continue;
-                }
-                Seeded::Step(step) => step,
-            };
-            let part = part_of(step, self.stats.syncs);
-            // A write joins the writes queued before it; every other step comes after them.
-            if self
-                .queue_step(step, part, defect, protocol, &mut heads_checked)
-                .or_else(|e| self.fail(e))?
-            {
-                continue;
-            }
-            let step_start = clock::now();
-            let done = self.step(&mut plan, step, defect);
-            add_part(
-                &mut self.parts,
-                part,
-                clock::now().saturating_sub(step_start),
-            );
-            done.or_else(|e| self.fail(e))?;
+        let seeded = Seeded {
+            defect,
+            // The one change a step defect hits: the first guarded one.
+            victim: entries.iter().position(|e| !e.change.parked),
+        };
+        for phase in Plan::with_protocol(CurrentArch::PLAN, protocol, entries) {
+            self.phase(phase, seeded).or_else(|e| self.fail(e))?;
         }
-        self.flush().or_else(|e| self.fail(e))?;
         // `text_mutex` stays held until the batch has left the pending table (the run's locks
         // drop after it, in `commit_with`): a kprobe armed at a site whose head is written but
         // whose batch is still published would trap into a table that claims the site, and
         // its handler would never run. kprobes arms under `text_mutex`, as upstream's
         // `text_poke_bp()` makes it wait for the whole poke.
-        if let Some(i) = self.conflict.iter().position(|c| *c) {
+        if let Some(e) = entries
+            .iter()
+            .zip(self.conflict.iter())
+            .find_map(|(e, c)| c.then_some(e))
+        {
             pr_err!(
                 "batch {}: site {:#x} changed while its guard stood; left as another patcher wrote it\n",
                 self.id,
-                self.entry(i)?.addr
+                e.addr
             );
             return Err(errno::text_changed());
         }
@@ -730,82 +687,137 @@ impl<'a, A: TextAccess> Run<'a, A> {
         Err(e)
     }
 
-    /// Queues `step` if it is a write that can wait for the next flush: `Ok(true)`, it is done
-    /// for now. Otherwise makes the writes queued before it and returns `Ok(false)`: the step
-    /// itself is [`Run::step`]'s. Before the first head, the guards are checked
-    /// ([`Run::check_guards`]).
-    fn queue_step(
-        &mut self,
-        step: Step,
-        part: Part,
-        defect: Defect,
-        protocol: Protocol,
-        heads_checked: &mut bool,
-    ) -> Result<bool> {
-        match step {
-            Step::WriteGuard(i) => {
-                self.guards = self.guards.saturating_add(1);
-                self.queue(i, 0, <CurrentArch as Arch>::GUARD, part)
-            }
-            // Unguarded whole writes (quiet arm64) go together too; a seeded defect's are
-            // made one by one, each with its pause (`Run::step`).
-            Step::WriteWhole(i) if defect == Defect::None && protocol == Protocol::Quiet => self
-                .entry(i)
-                .and_then(|e| self.queue(i, 0, e.change.new.as_slice(), part)),
-            Step::WriteTail(i) => self
-                .entry(i)
-                .and_then(|e| self.queue(i, 1, e.change.new.tail(), part)),
-            Step::WriteHead(i) if !*heads_checked => {
-                *heads_checked = true;
-                self.flush()
-                    .and_then(|()| self.check_guards())
-                    .and_then(|()| self.queue_head(i, part))
-            }
-            Step::WriteHead(i) => self.queue_head(i, part),
-            _ => self.flush().map(|()| false),
+    /// Runs one phase, each kind with its function, and counts its time to its part.
+    fn phase(&mut self, phase: Phase<'a, Entry>, seeded: Seeded) -> Result {
+        if let Phase::Writes(Write::Head, _) = phase {
+            // Before the first head, every guard must still stand.
+            self.check_guards();
         }
-    }
-
-    /// Runs one step of the plan that is not a queued write.
-    fn step(&mut self, plan: &mut Plan<'_, Entry>, step: Step, defect: Defect) -> Result {
-        match step {
+        let part = part_of(&phase, self.stats.syncs);
+        let start = clock::now();
+        let done = match phase {
+            Phase::Parked { changes, records } => self.parked(changes, records),
             // The batch is published around the whole run (see `Batch::commit`).
-            Step::Publish => Ok(()),
-            Step::Retire => {
-                // Guards that stood at these sites are now replaced for good: a stale one
-                // executed later (an emulator's stale translation) may be resumed. Where no
-                // guard stood (a quiet arm64 batch), no trap there is textpoke's.
-                if self.guards > 0 {
-                    for e in self.entries.iter().filter(|e| !e.change.parked) {
-                        self.engine.replaced.record(e.addr);
-                    }
-                }
-                Ok(())
-            }
-            Step::Park => self.parked(plan),
-            Step::Unpark => {
-                pr_err!("batch {}: unpark without park\n", self.id);
-                Err(EINVAL)
-            }
-            Step::Sync => {
+            Phase::Publish => Ok(()),
+            Phase::Writes(write, changes) => self.writes(write, changes, seeded),
+            Phase::Records(record, changes) => self.records(record, changes, seeded),
+            Phase::WriteThenRecord(changes) => self.write_then_record(changes, seeded),
+            Phase::AnnounceThenWrite(changes) => self.announce_then_write(changes, seeded),
+            Phase::Sync => {
                 self.text.sync(CurrentArch::sync_all);
                 self.stats.syncs = self.stats.syncs.saturating_add(1);
                 Ok(())
             }
-            Step::Emit(i) => self.emit(i, Emit::Change),
-            Step::EmitBefore(i) => self.emit(i, Emit::Before),
-            Step::EmitAfter(i) => self.emit(i, Emit::Change),
-            Step::WriteGuard(_) | Step::WriteTail(_) | Step::WriteHead(_) => {
-                pr_err!("batch {}: a write step was not queued\n", self.id);
-                Err(EINVAL)
+            Phase::Retire => {
+                self.retire();
+                Ok(())
             }
-            Step::WriteWhole(i) => {
-                let new = self.entry(i)?.change.new;
-                let written = self.write(i, 0, new.as_slice());
-                defect.pause_after_unguarded_write();
-                written
+        };
+        add_part(&mut self.parts, part, clock::now().saturating_sub(start));
+        done
+    }
+
+    /// Makes a phase's writes, `WRITE_RUN` at a time handed to the arch together
+    /// (`Arch::write_many`): one after the other and in address order, they share a temporary
+    /// mm (x86, 16 writes a session) or a page's mapping (arm64). A head is not written where
+    /// its guard was found overwritten ([`Run::check_guards`]).
+    fn writes(&mut self, write: Write, changes: Changes<'a, Entry>, seeded: Seeded) -> Result {
+        if write == Write::Whole && seeded.pauses() {
+            // A seeded defect's unguarded writes, one by one, each with its pause.
+            for (_, e) in changes {
+                self.write(e.addr, e.change.new.as_slice())?;
+                seeded.defect.pause_after_unguarded_write();
+            }
+            return Ok(());
+        }
+        let mut run = [TextWrite {
+            addr: 0,
+            bytes: &[],
+        }; WRITE_RUN];
+        let mut n = 0;
+        for (i, e) in changes {
+            if seeded.skips_write(i) || (write == Write::Head && self.conflicted(i)) {
+                continue;
+            }
+            let new = &e.change.new;
+            let (addr, bytes) = match write {
+                Write::Guard => (e.addr, <CurrentArch as Arch>::GUARD),
+                // The bytes after the first, behind the guard.
+                Write::Tail => (e.addr.wrapping_add(1), new.tail()),
+                Write::Head => (
+                    e.addr,
+                    new.as_slice()
+                        .get(..<CurrentArch as Arch>::HEAD_LEN)
+                        .ok_or(EINVAL)?,
+                ),
+                Write::Whole => (e.addr, new.as_slice()),
+            };
+            if write == Write::Guard {
+                self.guards = self.guards.saturating_add(1);
+            }
+            let Some(slot) = run.get_mut(n) else {
+                return Err(EINVAL);
+            };
+            *slot = TextWrite { addr, bytes };
+            n += 1;
+            if n == WRITE_RUN {
+                self.write_run(&run)?;
+                n = 0;
             }
         }
+        self.write_run(run.get(..n).ok_or(EINVAL)?)
+    }
+
+    /// Emits a phase's records.
+    fn records(&mut self, record: Record, changes: Changes<'a, Entry>, seeded: Seeded) -> Result {
+        for (i, e) in changes {
+            match record {
+                Record::Change => match seeded.record(i) {
+                    Some(what) => self.emit(i, e, what),
+                    None => continue,
+                },
+                Record::After => self.emit(i, e, Emit::Change),
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Protocol::UnguardedNosync`]'s phase: each change's whole new instruction, unguarded,
+    /// then its record.
+    fn write_then_record(&mut self, changes: Changes<'a, Entry>, seeded: Seeded) -> Result {
+        for (i, e) in changes {
+            self.write(e.addr, e.change.new.as_slice())?;
+            seeded.defect.pause_after_unguarded_write();
+            self.emit(i, e, Emit::Change);
+        }
+        Ok(())
+    }
+
+    /// [`Protocol::BeforeAfter`]'s phase: each change's BEFORE record, then its whole new
+    /// instruction, unguarded.
+    fn announce_then_write(&mut self, changes: Changes<'a, Entry>, seeded: Seeded) -> Result {
+        for (i, e) in changes {
+            self.emit(i, e, Emit::Before);
+            self.write(e.addr, e.change.new.as_slice())?;
+            seeded.defect.pause_after_unguarded_write();
+        }
+        Ok(())
+    }
+
+    /// The batch is about to leave the pending table: guards that stood at its sites are now
+    /// replaced for good, and a stale one executed later (an emulator's stale translation) may be
+    /// resumed. Where no guard stood (a quiet arm64 batch), no trap there is textpoke's.
+    fn retire(&mut self) {
+        if self.guards > 0 {
+            for e in self.entries.iter().filter(|e| !e.change.parked) {
+                self.engine.replaced.record(e.addr);
+            }
+        }
+    }
+
+    /// Whether change `i`'s guard was found overwritten by another patcher.
+    fn conflicted(&self, i: usize) -> bool {
+        self.conflict.get(i).copied().unwrap_or(false)
     }
 
     /// Reads back every site, under `text_mutex` (taken here, kept for the writes that follow):
@@ -839,17 +851,15 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// sites are complete. Nothing in the kernel writes over a guard today (kprobes refuses a
     /// breakpoint; `text_mutex` serializes the rest), so this only defends against what
     /// would.
-    fn check_guards(&mut self) -> Result {
+    fn check_guards(&mut self) {
         let start = clock::now();
         self.text.hold();
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.change.parked || e.change.old == e.change.new {
-                continue;
-            }
-            if !holds_guarded(e.addr, &e.change.new) {
-                if let Some(c) = self.conflict.get_mut(i) {
-                    *c = true;
-                }
+        for (e, c) in self.entries.iter().zip(self.conflict.iter_mut()) {
+            if !e.change.parked
+                && e.change.old != e.change.new
+                && !holds_guarded(e.addr, &e.change.new)
+            {
+                *c = true;
             }
         }
         add_part(
@@ -857,93 +867,38 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Part::Check,
             clock::now().saturating_sub(start),
         );
-        Ok(())
     }
 
-    /// Queues change `i`'s head write, unless its site was found written by another patcher.
-    fn queue_head(&mut self, i: usize, part: Part) -> Result<bool> {
-        if self.conflict.get(i).copied().unwrap_or(false) {
-            return Ok(true);
-        }
-        let e = self.entry(i)?;
-        let head = e
-            .change
-            .new
-            .as_slice()
-            .get(..<CurrentArch as Arch>::HEAD_LEN)
-            .ok_or(EINVAL)?;
-        self.queue(i, 0, head, part)
-    }
-
-    /// Queues the write of `bytes` at offset `offset` of change `i`'s site, counted to `part`;
-    /// makes the queued writes first if they count to another part, and all of them if the
-    /// queue is then full. Returns `true`: the step is done (for `plan`'s match).
-    fn queue(&mut self, i: usize, offset: u64, bytes: &'a [u8], part: Part) -> Result<bool> {
-        let e = self.entry(i)?;
-        if bytes.is_empty() {
-            pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
-            return Err(EINVAL);
-        }
-        if self.queued_part != part {
-            self.flush()?;
-            self.queued_part = part;
-        }
-        let Some(slot) = self.queued.get_mut(self.nqueued) else {
-            pr_err!("batch {}: the write queue overflowed\n", self.id);
-            return Err(EINVAL);
-        };
-        *slot = TextWrite {
-            addr: e.addr.wrapping_add(offset),
-            bytes,
-        };
-        self.nqueued += 1;
-        if self.nqueued >= WRITE_RUN {
-            self.flush()?;
-        }
-        Ok(true)
-    }
-
-    /// Makes the queued writes (`Arch::write_many`), taking `text_mutex` if needed, and adds
-    /// the time to their part.
-    fn flush(&mut self) -> Result {
-        if self.nqueued == 0 {
+    /// Makes `writes` (`Arch::write_many`), taking `text_mutex` if needed.
+    fn write_run(&mut self, writes: &[TextWrite<'_>]) -> Result {
+        if writes.is_empty() {
             return Ok(());
         }
-        // The yield counts to the writes' part.
-        let start = clock::now();
         self.yield_if_due();
-        let queued = self.queued.get(..self.nqueued).ok_or(EINVAL)?;
-        let n = u32::try_from(queued.len()).map_err(|_| EINVAL)?;
+        let n = u32::try_from(writes.len()).map_err(|_| EINVAL)?;
         let exports = &self.engine.exports;
         let held = self.text.hold();
         // A write failing on purpose (debug builds): the ones before it are made, as when the
         // arch's write fails part way.
         let failing = self.fail_write.and_then(|k| {
             let i = usize::try_from(k.checked_sub(self.stats.writes)?.checked_sub(1)?).ok()?;
-            (i < queued.len()).then_some(i)
+            (i < writes.len()).then_some(i)
         });
-        let made = match failing {
-            Some(i) => CurrentArch::write_many(&exports.arch, held, queued.get(..i).unwrap_or(&[]))
+        match failing {
+            Some(i) => CurrentArch::write_many(&exports.arch, held, writes.get(..i).unwrap_or(&[]))
                 .and(Err(EIO)),
-            None => CurrentArch::write_many(&exports.arch, held, queued),
-        };
-        self.nqueued = 0;
-        add_part(
-            &mut self.parts,
-            self.queued_part,
-            clock::now().saturating_sub(start),
-        );
-        made?;
+            None => CurrentArch::write_many(&exports.arch, held, writes),
+        }?;
         self.stats.writes = self.stats.writes.saturating_add(n);
         self.since_resched = self.since_resched.saturating_add(n);
         Ok(())
     }
 
-    /// Writes `bytes` at offset `offset` of change `i`'s site, taking `text_mutex` if needed.
-    fn write(&mut self, i: usize, offset: u64, bytes: &[u8]) -> Result {
-        let e = self.entry(i)?;
+    /// Writes `bytes` at `addr`, a site of the batch or behind its first byte, taking
+    /// `text_mutex` if needed.
+    fn write(&mut self, addr: u64, bytes: &[u8]) -> Result {
         if bytes.is_empty() {
-            pr_err!("batch {}: empty write planned at {:#x}\n", self.id, e.addr);
+            pr_err!("batch {}: empty write planned at {addr:#x}\n", self.id);
             return Err(EINVAL);
         }
         self.yield_if_due();
@@ -952,7 +907,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         let exports = &self.engine.exports;
         let held = self.text.hold();
-        CurrentArch::write(&exports.arch, held, e.addr.wrapping_add(offset), bytes)?;
+        CurrentArch::write(&exports.arch, held, addr, bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
         self.since_resched = self.since_resched.saturating_add(1);
         Ok(())
@@ -973,10 +928,10 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
     }
 
-    /// Emits change `i`'s `PERF_RECORD_TEXT_POKE` and logs it, under `text_mutex` as upstream
-    /// emits its own, so that the record stream is serialized with the kernel's own pokers.
-    fn emit(&mut self, i: usize, what: Emit) -> Result {
-        let e = self.entry(i)?;
+    /// Emits change `i`'s (`e`'s) `PERF_RECORD_TEXT_POKE` and logs it, under `text_mutex` as
+    /// upstream emits its own, so that the record stream is serialized with the kernel's own
+    /// pokers.
+    fn emit(&mut self, i: usize, e: &Entry, what: Emit) {
         self.text.hold();
         self.text.recorded();
         let (cpu, time) = {
@@ -986,41 +941,23 @@ impl<'a, A: TextAccess> Run<'a, A> {
             text_poke_record(self.engine, e, what);
             (cpu::current(), clock::now())
         };
-        self.logged(e, what, time, cpu);
-        if let Some(s) = self.sites.get_mut(i) {
-            s.recorded = what != Emit::Before;
-        }
-        Ok(())
+        self.logged(i, e, what, time, cpu);
     }
 
-    /// Appends a record that went out to the engine's log, and counts it.
-    fn logged(&mut self, e: &Entry, what: Emit, time: u64, cpu: usize) {
+    /// Appends a record of change `i` (`e`) that went out to the engine's log, counts it, and
+    /// notes whether the site now goes on to its new instruction.
+    fn logged(&mut self, i: usize, e: &Entry, what: Emit, time: u64, cpu: usize) {
         let (old, new) = what.bytes(e);
         self.engine.log.append(e.addr, old, new, time, cpu);
         self.stats.records = self.stats.records.saturating_add(1);
+        if let Some(s) = self.sites.get_mut(i) {
+            s.recorded = what != Emit::Before;
+        }
     }
 
-    /// Runs the parked section that `Step::Park` opened, up to its `Step::Unpark`, with every
-    /// other online CPU stopped (see `plan.rs`).
-    fn parked(&mut self, plan: &mut Plan<'_, Entry>) -> Result {
-        let mut n = 0;
-        for step in plan.by_ref() {
-            match step {
-                Step::Unpark => break,
-                Step::WriteWhole(_) | Step::Emit(_) => {
-                    let Some(slot) = self.parked.get_mut(n) else {
-                        pr_err!("batch {}: more parked steps than room for\n", self.id);
-                        return Err(EINVAL);
-                    };
-                    *slot = step;
-                    n += 1;
-                }
-                other => {
-                    pr_err!("batch {}: {other:?} planned in a parked section\n", self.id);
-                    return Err(EINVAL);
-                }
-            }
-        }
+    /// Runs the parked section: `changes`' whole writes, each followed by its record if
+    /// `records`, with every other online CPU stopped (see `plan.rs`).
+    fn parked(&mut self, changes: Changes<'a, Entry>, records: bool) -> Result {
         let exports = &self.engine.exports;
         let Some((held, _hotplug)) = self.text.park() else {
             pr_err!(
@@ -1030,14 +967,13 @@ impl<'a, A: TextAccess> Run<'a, A> {
             return Err(EINVAL);
         };
         let (ret, done, error) = {
-            let steps: &[Step] = self.parked.get(..n).ok_or(EINVAL)?;
-            let emitted: &mut [(u64, usize)] = self.emitted.get_mut(..n).ok_or(EINVAL)?;
             let section = Parked {
                 engine: self.engine,
-                entries: self.entries,
-                steps,
+                changes,
+                records,
                 held,
-                emitted: emitted.as_mut_ptr(),
+                emitted: self.emitted.as_mut_ptr(),
+                emitted_len: self.emitted.len(),
                 cpus: cpu::online().count(),
                 // Online and staying so (the hotplug lock is held), whether or not the
                 // committing task runs there still when the stoppers do.
@@ -1047,9 +983,10 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 error: AtomicI32::new(0),
             };
             // SAFETY: `parked_section` matches `cpu_stop_fn_t` and upholds its contract for the
-            // `Parked` it is given; `section` (and `emitted`, which covers `steps`) outlives the
-            // call, which returns only once every CPU has left the callback; the commit holds the
-            // CPU-hotplug read lock (`_hotplug`), as the function requires.
+            // `Parked` it is given, whose `emitted` is `self.emitted`, valid for its length;
+            // `section` and `self.emitted` outlive the call, which returns only once every CPU
+            // has left the callback; the commit holds the CPU-hotplug read lock (`_hotplug`), as
+            // the function requires.
             let ret = unsafe {
                 (exports.generic.stop_machine_cpuslocked)(
                     parked_section,
@@ -1064,21 +1001,19 @@ impl<'a, A: TextAccess> Run<'a, A> {
             )
         };
         self.stats.syncs = self.stats.syncs.saturating_add(1);
-        // What the master CPU did, step by step, as the log and the counters must show it.
-        for k in 0..done.min(n) {
-            match self.parked.get(k).copied() {
-                Some(Step::WriteWhole(_)) => {
-                    self.stats.writes = self.stats.writes.saturating_add(1)
-                }
-                Some(Step::Emit(i)) => {
-                    let e = self.entry(i)?;
-                    let (time, cpu) = self.emitted.get(k).copied().unwrap_or((0, 0));
-                    self.logged(e, Emit::Change, time, cpu);
-                    if let Some(s) = self.sites.get_mut(i) {
-                        s.recorded = true;
-                    }
-                }
-                _ => {}
+        // What the master CPU did, step by step in the section's order, as the log and the
+        // counters must show it.
+        let mut left = done;
+        for (i, e) in changes {
+            if left == 0 {
+                break;
+            }
+            left -= 1;
+            self.stats.writes = self.stats.writes.saturating_add(1);
+            if records && left > 0 {
+                left -= 1;
+                let (time, cpu) = self.emitted.get(i).copied().unwrap_or((0, 0));
+                self.logged(i, e, Emit::Change, time, cpu);
             }
         }
         if error != 0 || ret != 0 {
@@ -1090,7 +1025,6 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         Ok(())
     }
-
     /// Takes every guard out after a failed step, by the planner's recovery
     /// ([`Recovery`], in plan.rs, which says why its order), so that the batch can retire and
     /// the text agrees with the records that went out. Every site that held a guard is then
@@ -1105,9 +1039,6 @@ impl<'a, A: TextAccess> Run<'a, A> {
             self.id
         );
         self.fail_write = None;
-        // The writes queued when the step failed are dropped: recovery decides afresh from the
-        // text.
-        self.nqueued = 0;
         let guard = <CurrentArch as Arch>::GUARD;
         for (e, s) in self.entries.iter().zip(self.sites.iter_mut()) {
             let target = s.target(&e.change);
@@ -1139,7 +1070,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
                         Repair::Tail(_) => (guard.len(), target.as_slice().get(guard.len()..)),
                         _ => (0, target.as_slice().get(..guard.len())),
                     };
-                    self.write(i, offset as u64, bytes.unwrap_or(&[]))
+                    self.write(e.addr.wrapping_add(offset as u64), bytes.unwrap_or(&[]))
                 }
             };
             if done.is_err() {
@@ -1159,27 +1090,34 @@ impl<'a, A: TextAccess> Run<'a, A> {
     }
 }
 
-/// What a seeded step defect (debug builds) makes of one step of the plan.
-enum Seeded {
-    /// The step as planned.
-    Step(Step),
-    /// The step is skipped: the victim's write or record.
-    Skip,
-    /// The victim's record is emitted with wrong old bytes.
-    WrongOld(usize),
+/// The seeded step defect of a commit (debug builds): what it makes of the one change it hits,
+/// the first guarded one.
+#[derive(Clone, Copy)]
+struct Seeded {
+    defect: Defect,
+    victim: Option<usize>,
 }
 
-/// What `defect` makes of `step`; it hits only change `victim`, the first guarded one.
-fn seeded(defect: Defect, victim: Option<usize>, step: Step) -> Seeded {
-    match (defect, step) {
-        (Defect::SkipFinalWrite, Step::WriteGuard(i) | Step::WriteTail(i) | Step::WriteHead(i))
-        | (Defect::DropRecord, Step::Emit(i))
-            if Some(i) == victim =>
-        {
-            Seeded::Skip
+impl Seeded {
+    /// Whether change `i`'s guard, tail and head writes are skipped, its record kept.
+    fn skips_write(self, i: usize) -> bool {
+        self.defect == Defect::SkipFinalWrite && Some(i) == self.victim
+    }
+
+    /// Which record change `i` gets in a phase of [`Record::Change`] records: none, or one
+    /// with wrong old bytes, for the victim of those defects.
+    fn record(self, i: usize) -> Option<Emit> {
+        match self.defect {
+            Defect::DropRecord if Some(i) == self.victim => None,
+            Defect::WrongOldBytes if Some(i) == self.victim => Some(Emit::WrongOld),
+            _ => Some(Emit::Change),
         }
-        (Defect::WrongOldBytes, Step::Emit(i)) if Some(i) == victim => Seeded::WrongOld(i),
-        _ => Seeded::Step(step),
+    }
+
+    /// Whether unguarded whole writes are made one by one, each followed by the defect's pause
+    /// ([`Defect::pause_after_unguarded_write`]): under any seeded defect.
+    fn pauses(self) -> bool {
+        self.defect != Defect::None
     }
 }
 
@@ -1200,25 +1138,28 @@ fn publish_refused(id: u64, e: PublishError) -> Error {
     }
 }
 
-/// The part of a commit's time (`Part`) that `step` counts to, `syncs` syncs into the batch.
-fn part_of(step: Step, syncs: u32) -> Part {
-    match step {
-        Step::Sync => match syncs {
+/// The part of a commit's time (`Part`) that `phase` counts to, `syncs` syncs into the batch.
+fn part_of<C>(phase: &Phase<'_, C>, syncs: u32) -> Part {
+    match phase {
+        Phase::Sync => match syncs {
             0 => Part::Sync1,
             1 => Part::Sync2,
             _ => Part::Sync3,
         },
-        Step::WriteGuard(_) => Part::Guard,
-        Step::WriteTail(_) => Part::Tail,
-        Step::WriteHead(_) => Part::Head,
-        Step::WriteWhole(_) => Part::Whole,
-        Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => Part::Emit,
-        Step::Park => Part::Park,
-        Step::Publish | Step::Retire | Step::Unpark => Part::Other,
+        Phase::Writes(Write::Guard, _) => Part::Guard,
+        Phase::Writes(Write::Tail, _) => Part::Tail,
+        Phase::Writes(Write::Head, _) => Part::Head,
+        // The unguarded protocols' phases count as their writes.
+        Phase::Writes(Write::Whole, _)
+        | Phase::WriteThenRecord(_)
+        | Phase::AnnounceThenWrite(_) => Part::Whole,
+        Phase::Records(..) => Part::Emit,
+        Phase::Parked { .. } => Part::Park,
+        Phase::Publish | Phase::Retire => Part::Other,
     }
 }
 
-/// Which record a step emits.
+/// Which record an emit sends.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Emit {
     /// The change itself: old and new instruction.
@@ -1258,12 +1199,15 @@ fn text_poke_record(engine: &Engine, e: &Entry, what: Emit) {
 /// What the CPUs of a parked section share.
 struct Parked<'a> {
     engine: &'a Engine,
-    entries: &'a [Entry],
-    steps: &'a [Step],
+    /// The section's changes: the master writes each, then emits its record if `records`.
+    changes: Changes<'a, Entry>,
+    records: bool,
     /// `text_mutex`, held by the committing task, which waits in `stop_machine` meanwhile.
     held: &'a HoldsText,
-    /// Per step, when and where the master emitted its record.
+    /// Per change of the batch, when and where the master emitted its record.
     emitted: *mut (u64, usize),
+    /// How many slots `emitted` has.
+    emitted_len: usize,
     /// Online CPUs (stable: the hotplug lock is held).
     cpus: usize,
     /// The CPU that runs the steps: the one the commit called `stop_machine` from, so that
@@ -1273,7 +1217,7 @@ struct Parked<'a> {
     master: usize,
     /// CPUs that entered the callback, plus one once the master is done.
     arrived: AtomicUsize,
-    /// Steps the master completed.
+    /// Steps the master completed, in the section's order (a write, then its record).
     done: AtomicUsize,
     /// The master's errno, or 0.
     error: AtomicI32,
@@ -1286,7 +1230,7 @@ struct Parked<'a> {
 ///
 /// # Safety
 ///
-/// `data` must point to a live [`Parked`] whose `emitted` is valid for `steps.len()` elements.
+/// `data` must point to a live [`Parked`] whose `emitted` is valid for `emitted_len` elements.
 unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
     // SAFETY: Guaranteed by the caller.
     let p = unsafe { &*data.cast::<Parked<'_>>() };
@@ -1302,35 +1246,32 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
     while p.arrived.load(Ordering::Acquire) < p.cpus {
         cpu::relax();
     }
-    for (k, step) in p.steps.iter().enumerate() {
-        let Some(e) = (match *step {
-            Step::WriteWhole(i) | Step::Emit(i) => p.entries.get(i),
-            _ => None,
-        }) else {
-            p.error
-                .store(-(kernel::bindings::EINVAL as i32), Ordering::Relaxed);
+    let mut done = 0usize;
+    for (i, e) in p.changes {
+        if let Err(err) = CurrentArch::write(
+            &p.engine.exports.arch,
+            p.held,
+            e.addr,
+            e.change.new.as_slice(),
+        ) {
+            p.error.store(err.to_errno(), Ordering::Relaxed);
             break;
-        };
-        match *step {
-            Step::WriteWhole(_) => {
-                if let Err(err) = CurrentArch::write(
-                    &p.engine.exports.arch,
-                    p.held,
-                    e.addr,
-                    e.change.new.as_slice(),
-                ) {
-                    p.error.store(err.to_errno(), Ordering::Relaxed);
-                    break;
-                }
-            }
-            _ => {
-                text_poke_record(p.engine, e, Emit::Change);
-                // SAFETY: `k` is below `steps.len()`, which `emitted` covers (caller), and
-                // only this CPU writes it while the others spin.
-                unsafe { p.emitted.add(k).write((clock::now(), cpu::current())) };
-            }
         }
-        p.done.store(k.wrapping_add(1), Ordering::Release);
+        done = done.wrapping_add(1);
+        p.done.store(done, Ordering::Release);
+        if p.records {
+            if i >= p.emitted_len {
+                p.error
+                    .store(-(kernel::bindings::EINVAL as i32), Ordering::Relaxed);
+                break;
+            }
+            text_poke_record(p.engine, e, Emit::Change);
+            // SAFETY: `i` is below `emitted_len`, for which `emitted` is valid (caller), and
+            // only this CPU writes it while the others spin.
+            unsafe { p.emitted.add(i).write((clock::now(), cpu::current())) };
+            done = done.wrapping_add(1);
+            p.done.store(done, Ordering::Release);
+        }
     }
     CurrentArch::sync_local();
     // Releases the other CPUs.

@@ -6,7 +6,7 @@
 
 use crate::current_arch;
 use crate::pending::Pending;
-use crate::plan::{Change, Step, Stranded};
+use crate::plan::{Change, Stranded};
 use kernel::prelude::*;
 
 /// Most sites in one batch (`TEXTPOKE_MAX_BATCH` in kernel/textpoke.h).
@@ -81,9 +81,6 @@ impl AsRef<Change> for Entry {
     }
 }
 
-/// A parked section's steps per change, at most: its whole write and its record.
-const PARKED_STEPS: usize = 2;
-
 /// What a commit learns of each change's site, one slot per change, allocated as the changes
 /// are added so that the commit itself allocates nothing.
 ///
@@ -96,9 +93,7 @@ pub(crate) struct CommitState {
     pub(crate) sites: KVVec<Stranded>,
     /// Per change, whether another patcher wrote over its guard (`Run::check_guards`).
     pub(crate) conflict: KVVec<bool>,
-    /// Room for a parked section's steps, two per change (its whole write and its record), and
-    /// for when and where each ran (`Run::parked`).
-    pub(crate) parked: KVVec<Step>,
+    /// Per change, when and on which CPU a parked section emitted its record (`Run::parked`).
     pub(crate) emitted: KVVec<(u64, usize)>,
 }
 
@@ -108,7 +103,6 @@ impl CommitState {
         Self {
             sites: KVVec::new(),
             conflict: KVVec::new(),
-            parked: KVVec::new(),
             emitted: KVVec::new(),
         }
     }
@@ -120,11 +114,9 @@ impl CommitState {
 
     /// Makes room for one more change, so that the next [`CommitState::push`] cannot fail.
     pub(crate) fn reserve(&mut self, n: usize) -> Result {
-        let steps = n.checked_mul(PARKED_STEPS).ok_or(ENOMEM)?;
         self.sites.reserve(n, GFP_KERNEL)?;
         self.conflict.reserve(n, GFP_KERNEL)?;
-        self.parked.reserve(steps, GFP_KERNEL)?;
-        self.emitted.reserve(steps, GFP_KERNEL)?;
+        self.emitted.reserve(n, GFP_KERNEL)?;
         Ok(())
     }
 
@@ -133,15 +125,12 @@ impl CommitState {
         self.reserve(1)?;
         self.sites.push(Stranded::default(), GFP_KERNEL)?;
         self.conflict.push(false, GFP_KERNEL)?;
-        self.parked
-            .extend_with(PARKED_STEPS, Step::Unpark, GFP_KERNEL)?;
-        self.emitted.extend_with(PARKED_STEPS, (0, 0), GFP_KERNEL)?;
+        self.emitted.push((0, 0), GFP_KERNEL)?;
         Ok(())
     }
 
     /// Keeps the first `n` slots, dropping a push that its change did not follow.
     pub(crate) fn truncate(&mut self, n: usize) {
-        let steps = n.saturating_mul(PARKED_STEPS);
         if n < self.sites.len() {
             // SAFETY: `n` is below the length, so the first `n` slots are initialized; `Stranded`
             // is `Copy`, so forgetting the rest is what dropping them would do.
@@ -151,13 +140,9 @@ impl CommitState {
             // SAFETY: As above, for `bool`.
             unsafe { self.conflict.set_len(n) };
         }
-        if steps < self.parked.len() {
-            // SAFETY: As above, for `Step`, which is `Copy`.
-            unsafe { self.parked.set_len(steps) };
-        }
-        if steps < self.emitted.len() {
+        if n < self.emitted.len() {
             // SAFETY: As above, for a pair of integers.
-            unsafe { self.emitted.set_len(steps) };
+            unsafe { self.emitted.set_len(n) };
         }
     }
 

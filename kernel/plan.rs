@@ -2,9 +2,11 @@
 
 //! The step planner: the exact order of writes, syncs and perf records for a batch.
 //!
-//! The engine executes these steps verbatim with real primitives, and the host model
-//! (`textpoke-core`'s `model`) executes the same steps against simulated CPUs with stale
-//! instruction views, so what is proven on the host is what runs in the kernel.
+//! The plan is a sequence of typed phases ([`Phase`]: the parked section, a run of writes of one
+//! kind, a run of records, a sync, ...). The engine runs each kind of phase with a function of
+//! its own, with real primitives, and the host model (`textpoke-core`'s `model`) executes the
+//! same phases step by step ([`Phase::steps`]) against simulated CPUs with stale instruction
+//! views, so what is proven on the host is what runs in the kernel.
 //!
 //! A batch has up to two sections, in this order: a parked section for the changes marked
 //! parked (see [`Change::parked()`]), and a guarded section for every other change. A change whose
@@ -221,46 +223,284 @@ pub enum Step {
     Retire,
 }
 
+/// A write that a [`Phase::Writes`] makes at each of its changes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Phase {
-    Park,
+pub enum Write {
+    /// [`Step::WriteGuard`].
+    Guard,
+    /// [`Step::WriteTail`] (x86).
+    Tail,
+    /// [`Step::WriteHead`].
+    Head,
+    /// [`Step::WriteWhole`].
+    Whole,
+}
+
+impl Write {
+    /// This write's step at change `i`.
+    pub const fn step(self, i: usize) -> Step {
+        match self {
+            Self::Guard => Step::WriteGuard(i),
+            Self::Tail => Step::WriteTail(i),
+            Self::Head => Step::WriteHead(i),
+            Self::Whole => Step::WriteWhole(i),
+        }
+    }
+}
+
+/// A record that a [`Phase::Records`] emits for each of its changes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Record {
+    /// [`Step::Emit`]: the change, old and new instruction.
+    Change,
+    /// [`Step::EmitAfter`]: [`Protocol::BeforeAfter`]'s AFTER record.
+    After,
+}
+
+impl Record {
+    /// This record's step for change `i`.
+    pub const fn step(self, i: usize) -> Step {
+        match self {
+            Self::Change => Step::Emit(i),
+            Self::After => Step::EmitAfter(i),
+        }
+    }
+}
+
+/// Which of a batch's changes a phase covers. A no-op change is in none.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Which {
+    /// The parked ones: the parked section's.
     Parked,
-    Unpark,
+    /// Those that are not parked: the guarded section's.
+    Unparked,
+    /// Of those, the ones with a tail to write: x86, where the new tail differs from the old.
+    NewTail,
+    /// Of those, the ones with a head to write: all but an x86 change to the guard itself
+    /// (`INT3` is complete once the guard is there).
+    NewHead,
+}
+
+/// The changes a phase covers, in batch order, each with its index in the batch: an iterator
+/// that filters the batch as it goes, without allocating.
+#[derive(Debug)]
+pub struct Changes<'a, C = Change> {
+    arch: Arch,
+    changes: &'a [C],
+    which: Which,
+    next: usize,
+}
+
+// By hand: a derive would require `C: Clone`, and a `Changes` only holds a shared slice of them.
+impl<C> Clone for Changes<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C> Copy for Changes<'_, C> {}
+
+impl<'a, C: AsRef<Change>> Changes<'a, C> {
+    const fn new(arch: Arch, changes: &'a [C], which: Which) -> Self {
+        Self {
+            arch,
+            changes,
+            which,
+            next: 0,
+        }
+    }
+
+    /// Whether `change` is one of these.
+    fn covers(&self, change: &Change) -> bool {
+        let parked = change.parked;
+        !change.is_noop()
+            && match self.which {
+                Which::Parked => parked,
+                Which::Unparked => !parked,
+                Which::NewTail => {
+                    !parked && self.arch == Arch::X86 && change.new.tail() != change.old.tail()
+                }
+                Which::NewHead => {
+                    !parked && (self.arch == Arch::Arm64 || change.new.head() != X86_GUARD)
+                }
+            }
+    }
+
+    /// Whether any change is one of these.
+    fn any(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|change| self.covers(change.as_ref()))
+    }
+
+    /// These changes, if a phase of them is due: the section has `guards` and any change is
+    /// one of these.
+    fn filter_due(self, guards: bool) -> Option<Self> {
+        (guards && self.any()).then_some(self)
+    }
+}
+
+impl<'a, C: AsRef<Change>> Iterator for Changes<'a, C> {
+    type Item = (usize, &'a C);
+
+    fn next(&mut self) -> Option<(usize, &'a C)> {
+        while let Some(item) = self.changes.get(self.next) {
+            let index = self.next;
+            self.next = self.next.saturating_add(1);
+            if self.covers(item.as_ref()) {
+                return Some((index, item));
+            }
+        }
+        None
+    }
+}
+
+/// One phase of a plan: a run of steps of one kind over a set of changes, or one step alone.
+/// The engine runs each kind of phase with a function of its own, the writes of a phase handed
+/// to the arch together; [`Phase::steps`] spells a phase out step by step, as the host model
+/// executes it.
+#[derive(Debug)]
+pub enum Phase<'a, C = Change> {
+    /// The parked section: [`Step::Park`], then per change its whole new instruction
+    /// ([`Step::WriteWhole`]) followed, if `records`, by its record ([`Step::Emit`]), then
+    /// [`Step::Unpark`].
+    Parked {
+        /// The parked changes.
+        changes: Changes<'a, C>,
+        /// Whether each write is followed by its record (every protocol's but
+        /// [`Protocol::Quiet`]).
+        records: bool,
+    },
+    /// [`Step::Publish`].
     Publish,
-    Unguarded,
-    Announced,
-    AfterSync,
-    AfterRecords,
-    Guards,
-    GuardSync,
-    Tails,
-    Records,
-    TailSync,
-    Heads,
-    HeadSync,
+    /// One write per change, all of one kind, one after the other.
+    Writes(Write, Changes<'a, C>),
+    /// One record per change, all of one kind, one after the other.
+    Records(Record, Changes<'a, C>),
+    /// [`Protocol::UnguardedNosync`]: per change its whole new instruction, then its record.
+    WriteThenRecord(Changes<'a, C>),
+    /// [`Protocol::BeforeAfter`]: per change its BEFORE record, then its whole new instruction.
+    AnnounceThenWrite(Changes<'a, C>),
+    /// [`Step::Sync`].
+    Sync,
+    /// [`Step::Retire`].
     Retire,
+}
+
+impl<C> Clone for Phase<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C> Copy for Phase<'_, C> {}
+
+impl<'a, C: AsRef<Change>> Phase<'a, C> {
+    /// The phase's steps, in order.
+    pub fn steps(self) -> PhaseSteps<'a, C> {
+        PhaseSteps {
+            phase: self,
+            at: At::Start,
+        }
+    }
+}
+
+/// Where [`PhaseSteps`] stands.
+#[derive(Clone, Copy, Debug)]
+enum At {
+    /// Before the phase's first step.
+    Start,
+    /// Among its changes.
+    Changes,
+    /// The current change's second step is due.
+    Second(Step),
+    /// After the last change: the closing step, if any, is due.
+    End,
+    /// Past the end.
     Done,
 }
 
-/// The steps of one batch, in order, computed lazily without allocating.
+/// The steps of one [`Phase`], in order ([`Phase::steps`]).
+#[derive(Clone, Debug)]
+pub struct PhaseSteps<'a, C = Change> {
+    phase: Phase<'a, C>,
+    at: At,
+}
+
+impl<C: AsRef<Change>> Iterator for PhaseSteps<'_, C> {
+    type Item = Step;
+
+    fn next(&mut self) -> Option<Step> {
+        loop {
+            match self.at {
+                At::Start => {
+                    self.at = At::Changes;
+                    let alone = match self.phase {
+                        Phase::Parked { .. } => return Some(Step::Park),
+                        Phase::Publish => Step::Publish,
+                        Phase::Sync => Step::Sync,
+                        Phase::Retire => Step::Retire,
+                        _ => continue,
+                    };
+                    self.at = At::Done;
+                    return Some(alone);
+                }
+                At::Second(step) => {
+                    self.at = At::Changes;
+                    return Some(step);
+                }
+                At::Changes => {
+                    let (first, second) = match &mut self.phase {
+                        Phase::Parked { changes, records } => {
+                            let records = *records;
+                            changes.next().map(|(i, _)| {
+                                (Step::WriteWhole(i), records.then_some(Step::Emit(i)))
+                            })
+                        }
+                        Phase::Writes(write, changes) => {
+                            let write = *write;
+                            changes.next().map(|(i, _)| (write.step(i), None))
+                        }
+                        Phase::Records(record, changes) => {
+                            let record = *record;
+                            changes.next().map(|(i, _)| (record.step(i), None))
+                        }
+                        Phase::WriteThenRecord(changes) => changes
+                            .next()
+                            .map(|(i, _)| (Step::WriteWhole(i), Some(Step::Emit(i)))),
+                        Phase::AnnounceThenWrite(changes) => changes
+                            .next()
+                            .map(|(i, _)| (Step::EmitBefore(i), Some(Step::WriteWhole(i)))),
+                        Phase::Publish | Phase::Sync | Phase::Retire => None,
+                    }
+                    .unzip();
+                    match first {
+                        Some(step) => {
+                            if let Some(second) = second.flatten() {
+                                self.at = At::Second(second);
+                            }
+                            return Some(step);
+                        }
+                        None => self.at = At::End,
+                    }
+                }
+                At::End => {
+                    self.at = At::Done;
+                    if let Phase::Parked { .. } = self.phase {
+                        return Some(Step::Unpark);
+                    }
+                }
+                At::Done => return None,
+            }
+        }
+    }
+}
+
+/// The phases of one batch, in order, computed without allocating.
 ///
 /// The batch is any slice of items that are (or hold) a [`Change`], so that a caller can keep
 /// each change with whatever else it knows about the site.
 #[derive(Clone, Debug)]
 pub struct Plan<'a, C = Change> {
-    arch: Arch,
-    protocol: Protocol,
-    changes: &'a [C],
-    phase: Phase,
-    /// Next change to consider in the current phase.
-    next: usize,
-    /// In `Parked` and `Unguarded`, whether the current change's record is still due.
-    record_due: bool,
-    /// In `Announced`, whether the current change's write is still due (its BEFORE went out).
-    write_due: bool,
-    wrote_guard: bool,
-    wrote_tail: bool,
-    wrote_head: bool,
+    phases: core::array::IntoIter<Option<Phase<'a, C>>, 11>,
 }
 
 impl<'a, C: AsRef<Change>> Plan<'a, C> {
@@ -269,218 +509,77 @@ impl<'a, C: AsRef<Change>> Plan<'a, C> {
         Self::with_protocol(arch, Protocol::Guarded, changes)
     }
 
-    /// Plans the batch `changes` for `arch` with `protocol`.
+    /// Plans the batch `changes` for `arch` with `protocol`: the parked section, then the
+    /// section of the other changes as `protocol` has it (module documentation), each phase
+    /// present only if it has something to do.
     pub fn with_protocol(arch: Arch, protocol: Protocol, changes: &'a [C]) -> Self {
-        Self {
-            arch,
-            protocol,
-            changes,
-            phase: Phase::Park,
-            next: 0,
-            record_due: false,
-            write_due: false,
-            wrote_guard: false,
-            wrote_tail: false,
-            wrote_head: false,
-        }
-    }
-
-    /// Next change at or after `self.next` that is not a no-op and belongs to the current
-    /// section (parked in `Parked`, not parked elsewhere), and advances past it.
-    fn next_change(&mut self) -> Option<(usize, &'a Change)> {
-        let parked = self.phase == Phase::Parked;
-        while let Some(change) = self.changes.get(self.next).map(AsRef::as_ref) {
-            let index = self.next;
-            self.next = self.next.saturating_add(1);
-            if !change.is_noop() && change.parked == parked {
-                return Some((index, change));
+        let which = |which| Changes::new(arch, changes, which);
+        let (parked, unparked) = (which(Which::Parked), which(Which::Unparked));
+        // Whether the section of the changes that are not parked puts guards in front of them.
+        let guards = match protocol {
+            Protocol::Guarded | Protocol::RecordBeforeGuardSync | Protocol::HeadBeforeTailSync => {
+                true
             }
+            Protocol::Quiet => arch == Arch::X86,
+            Protocol::UnguardedNosync | Protocol::BeforeAfter => false,
+        };
+        let first = match protocol {
+            Protocol::UnguardedNosync => Phase::WriteThenRecord(unparked),
+            Protocol::BeforeAfter => Phase::AnnounceThenWrite(unparked),
+            _ if guards => Phase::Writes(Write::Guard, unparked),
+            _ => Phase::Writes(Write::Whole, unparked),
+        };
+        let early = (protocol == Protocol::RecordBeforeGuardSync)
+            .then_some(Phase::Records(Record::Change, unparked));
+        let records = match protocol {
+            Protocol::Guarded | Protocol::HeadBeforeTailSync => {
+                Some(Phase::Records(Record::Change, unparked))
+            }
+            Protocol::BeforeAfter => Some(Phase::Records(Record::After, unparked)),
+            // Early, with their writes, or none.
+            Protocol::RecordBeforeGuardSync | Protocol::UnguardedNosync | Protocol::Quiet => None,
+        };
+        let tails = which(Which::NewTail).filter_due(guards);
+        let heads = which(Which::NewHead).filter_due(guards);
+        let tail_sync = tails.is_some() && protocol != Protocol::HeadBeforeTailSync;
+        // A batch whose changes are all parked, or no change, has no such section.
+        let section = |phase: Option<Phase<'a, C>>| phase.filter(|_| unparked.any());
+        Self {
+            phases: [
+                parked.any().then_some(Phase::Parked {
+                    changes: parked,
+                    records: protocol != Protocol::Quiet,
+                }),
+                section(Some(Phase::Publish)),
+                section(Some(first)),
+                section(early),
+                // After the guards (or the unguarded writes).
+                section(Some(Phase::Sync)),
+                section(tails.map(|tails| Phase::Writes(Write::Tail, tails))),
+                section(records),
+                section(tail_sync.then_some(Phase::Sync)),
+                section(heads.map(|heads| Phase::Writes(Write::Head, heads))),
+                section(heads.map(|_| Phase::Sync)),
+                section(Some(Phase::Retire)),
+            ]
+            .into_iter(),
         }
-        None
     }
 
-    fn enter(&mut self, phase: Phase) {
-        self.phase = phase;
-        self.next = 0;
-        self.record_due = false;
-        self.write_due = false;
-    }
-
-    /// Whether the plan emits records: every protocol's but [`Protocol::Quiet`].
-    fn records(&self) -> bool {
-        self.protocol != Protocol::Quiet
-    }
-
-    fn tail_changes(change: &Change) -> bool {
-        change.new.tail() != change.old.tail()
-    }
-
-    fn head_needed(&self, change: &Change) -> bool {
-        match self.arch {
-            // A new instruction that is itself `INT3` is complete once the guard is there.
-            Arch::X86 => change.new.head() != X86_GUARD,
-            Arch::Arm64 => true,
-        }
+    /// The plan's steps, phase after phase.
+    pub fn steps(self) -> impl Iterator<Item = Step> + 'a
+    where
+        C: 'a,
+    {
+        self.flat_map(Phase::steps)
     }
 }
 
-impl<C: AsRef<Change>> Iterator for Plan<'_, C> {
-    type Item = Step;
+impl<'a, C: AsRef<Change>> Iterator for Plan<'a, C> {
+    type Item = Phase<'a, C>;
 
-    fn next(&mut self) -> Option<Step> {
-        loop {
-            match self.phase {
-                Phase::Park => {
-                    if self
-                        .changes
-                        .iter()
-                        .map(AsRef::as_ref)
-                        .any(|c| c.parked && !c.is_noop())
-                    {
-                        self.enter(Phase::Parked);
-                        return Some(Step::Park);
-                    }
-                    self.enter(Phase::Publish);
-                }
-                Phase::Parked => {
-                    if self.record_due {
-                        self.record_due = false;
-                        return Some(Step::Emit(self.next.saturating_sub(1)));
-                    }
-                    match self.next_change() {
-                        Some((i, _)) => {
-                            self.record_due = self.records();
-                            return Some(Step::WriteWhole(i));
-                        }
-                        None => self.enter(Phase::Unpark),
-                    }
-                }
-                Phase::Unpark => {
-                    self.enter(Phase::Publish);
-                    return Some(Step::Unpark);
-                }
-                Phase::Publish => {
-                    self.enter(match (self.protocol, self.arch) {
-                        (Protocol::UnguardedNosync, _) | (Protocol::Quiet, Arch::Arm64) => {
-                            Phase::Unguarded
-                        }
-                        (Protocol::BeforeAfter, _) => Phase::Announced,
-                        _ => Phase::Guards,
-                    });
-                    if self
-                        .changes
-                        .iter()
-                        .map(AsRef::as_ref)
-                        .all(|c| c.is_noop() || c.parked)
-                    {
-                        self.phase = Phase::Done;
-                        return None;
-                    }
-                    return Some(Step::Publish);
-                }
-                Phase::Unguarded => {
-                    if self.record_due {
-                        self.record_due = false;
-                        return Some(Step::Emit(self.next.saturating_sub(1)));
-                    }
-                    match self.next_change() {
-                        Some((i, _)) => {
-                            self.wrote_head = true;
-                            self.record_due = self.records();
-                            return Some(Step::WriteWhole(i));
-                        }
-                        None => self.enter(Phase::HeadSync),
-                    }
-                }
-                Phase::Announced => {
-                    if self.write_due {
-                        self.write_due = false;
-                        self.wrote_head = true;
-                        return Some(Step::WriteWhole(self.next.saturating_sub(1)));
-                    }
-                    match self.next_change() {
-                        Some((i, _)) => {
-                            self.write_due = true;
-                            return Some(Step::EmitBefore(i));
-                        }
-                        None => self.enter(Phase::AfterSync),
-                    }
-                }
-                Phase::AfterSync => {
-                    self.enter(Phase::AfterRecords);
-                    if self.wrote_head {
-                        return Some(Step::Sync);
-                    }
-                }
-                Phase::AfterRecords => match self.next_change() {
-                    Some((i, _)) => return Some(Step::EmitAfter(i)),
-                    None => self.enter(Phase::Retire),
-                },
-                Phase::Guards => match self.next_change() {
-                    Some((i, _)) => {
-                        self.wrote_guard = true;
-                        return Some(Step::WriteGuard(i));
-                    }
-                    None => self.enter(Phase::GuardSync),
-                },
-                Phase::GuardSync => {
-                    if self.protocol == Protocol::RecordBeforeGuardSync {
-                        // The broken order: every record, then the sync.
-                        if let Some((i, _)) = self.next_change() {
-                            return Some(Step::Emit(i));
-                        }
-                    }
-                    self.enter(Phase::Tails);
-                    if self.wrote_guard {
-                        return Some(Step::Sync);
-                    }
-                }
-                Phase::Tails => match self.next_change() {
-                    Some((i, change)) => {
-                        if self.arch == Arch::X86 && Self::tail_changes(change) {
-                            self.wrote_tail = true;
-                            return Some(Step::WriteTail(i));
-                        }
-                    }
-                    None => self.enter(if self.protocol == Protocol::RecordBeforeGuardSync {
-                        Phase::TailSync
-                    } else {
-                        Phase::Records
-                    }),
-                },
-                Phase::Records => match self.next_change() {
-                    Some((i, _)) if self.records() => return Some(Step::Emit(i)),
-                    Some(_) => {}
-                    None => self.enter(Phase::TailSync),
-                },
-                Phase::TailSync => {
-                    self.enter(Phase::Heads);
-                    if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {
-                        return Some(Step::Sync);
-                    }
-                }
-                Phase::Heads => match self.next_change() {
-                    Some((i, change)) => {
-                        if self.head_needed(change) {
-                            self.wrote_head = true;
-                            return Some(Step::WriteHead(i));
-                        }
-                    }
-                    None => self.enter(Phase::HeadSync),
-                },
-                Phase::HeadSync => {
-                    self.enter(Phase::Retire);
-                    if self.wrote_head {
-                        return Some(Step::Sync);
-                    }
-                }
-                Phase::Retire => {
-                    self.phase = Phase::Done;
-                    return Some(Step::Retire);
-                }
-                Phase::Done => return None,
-            }
-        }
+    fn next(&mut self) -> Option<Phase<'a, C>> {
+        self.phases.by_ref().flatten().next()
     }
 }
 
@@ -649,20 +748,21 @@ pub struct Cost {
 impl Cost {
     /// Counts the steps of `plan`.
     pub fn of<C: AsRef<Change>>(plan: Plan<'_, C>) -> Self {
-        plan.fold(Self::default(), |mut cost, step| {
-            match step {
-                Step::Sync => cost.syncs = cost.syncs.saturating_add(1),
-                Step::WriteGuard(_)
-                | Step::WriteTail(_)
-                | Step::WriteHead(_)
-                | Step::WriteWhole(_) => cost.writes = cost.writes.saturating_add(1),
-                Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => {
-                    cost.records = cost.records.saturating_add(1)
+        plan.flat_map(Phase::steps)
+            .fold(Self::default(), |mut cost, step| {
+                match step {
+                    Step::Sync => cost.syncs = cost.syncs.saturating_add(1),
+                    Step::WriteGuard(_)
+                    | Step::WriteTail(_)
+                    | Step::WriteHead(_)
+                    | Step::WriteWhole(_) => cost.writes = cost.writes.saturating_add(1),
+                    Step::Emit(_) | Step::EmitBefore(_) | Step::EmitAfter(_) => {
+                        cost.records = cost.records.saturating_add(1)
+                    }
+                    Step::Park => cost.parked = cost.parked.saturating_add(1),
+                    Step::Publish | Step::Retire | Step::Unpark => {}
                 }
-                Step::Park => cost.parked = cost.parked.saturating_add(1),
-                Step::Publish | Step::Retire | Step::Unpark => {}
-            }
-            cost
-        })
+                cost
+            })
     }
 }

@@ -36,25 +36,26 @@ pub(crate) enum Part {
     /// Inserting the batch into the pending table and retiring it (waiting for readers), which
     /// is the time of `with_published` outside the plan.
     Table,
-    /// `Step::WriteGuard`: the guards.
+    /// The guards' phase (`Phase::Writes` of `Write::Guard`).
     Guard,
-    /// The first `Step::Sync` of the batch (after the guards).
+    /// The first `Phase::Sync` of the batch (after the guards).
     Sync1,
     /// The second (x86: after the tails; arm64: after the heads).
     Sync2,
     /// The third and any later one (x86: after the heads).
     Sync3,
-    /// `Step::WriteTail` (x86).
+    /// The tails' phase (x86).
     Tail,
-    /// `Step::Emit` and its kin: `perf_event_text_poke()` and the engine's record log.
+    /// The records' phases: `perf_event_text_poke()` and the engine's record log.
     Emit,
-    /// `Step::WriteHead`.
+    /// The heads' phase.
     Head,
-    /// `Step::WriteWhole`, outside a parked section.
+    /// Whole writes outside a parked section (a quiet arm64 batch's phase, and the unguarded
+    /// protocols' phases, records included).
     Whole,
     /// A parked section, whole (`stop_machine()` and every step in it).
     Park,
-    /// The plan's other steps (`Step::Retire`'s bookkeeping).
+    /// The plan's other phases (`Phase::Retire`'s bookkeeping).
     Other,
     /// Giving the sites back to the registry.
     Release,

@@ -258,7 +258,7 @@ fn program(
     // Only a guarded module batch lets go of `text_mutex` between its steps.
     let mut releases = guarded && locking != Locking::Caller;
     let mut held = true;
-    for step in Plan::with_protocol(arch, protocol, &changes) {
+    for step in Plan::with_protocol(arch, protocol, &changes).steps() {
         let written = |i: usize, text: &[Vec<u8>]| {
             let (site, c) = batch[i];
             let mut t = text[site].clone();

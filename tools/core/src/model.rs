@@ -222,7 +222,9 @@ impl Batch {
             Protocol::Plan(p) => p,
             Protocol::SingleSlotTable => plan::Protocol::Guarded,
         };
-        let steps = Plan::with_protocol(arch, plan_protocol, &changes).collect();
+        let steps = Plan::with_protocol(arch, plan_protocol, &changes)
+            .steps()
+            .collect();
         Self {
             arch,
             changes,

@@ -2,7 +2,9 @@
 //! the BEFORE/AFTER ablation.
 
 use textpoke_core::insn::InsnBytes;
-use textpoke_core::plan::{Arch, Change, Cost, Plan, Protocol, Recovery, Repair, Step, Stranded};
+use textpoke_core::plan::{
+    Arch, Change, Cost, Phase, Plan, Protocol, Recovery, Repair, Step, Stranded,
+};
 use Step::*;
 
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
@@ -30,7 +32,7 @@ const PROTOCOLS: [Protocol; 5] = [
 ];
 
 fn plan(arch: Arch, changes: &[Change]) -> Vec<Step> {
-    Plan::new(arch, changes).collect()
+    Plan::new(arch, changes).steps().collect()
 }
 
 #[test]
@@ -187,7 +189,11 @@ fn every_site_gets_exactly_one_record_between_guard_sync_and_head() {
 fn broken_protocols_have_the_documented_shape() {
     use textpoke_core::plan::Protocol;
     let changes = [change(&NOP5, &JMP32), change(&JMP32, &NOP5)];
-    let p = |protocol| Plan::with_protocol(Arch::X86, protocol, &changes).collect::<Vec<_>>();
+    let p = |protocol| {
+        Plan::with_protocol(Arch::X86, protocol, &changes)
+            .steps()
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         p(Protocol::RecordBeforeGuardSync),
         [
@@ -354,7 +360,9 @@ fn parked_section_precedes_the_plan_of_the_other_changes() {
     ];
     for (arch, changes) in [(Arch::X86, &x86[..]), (Arch::Arm64, &arm64[..])] {
         for protocol in PROTOCOLS {
-            let steps: Vec<Step> = Plan::with_protocol(arch, protocol, changes).collect();
+            let steps: Vec<Step> = Plan::with_protocol(arch, protocol, changes)
+                .steps()
+                .collect();
             let mut want = vec![Park];
             for (i, c) in changes.iter().enumerate() {
                 if c.parked && c.old != c.new {
@@ -375,9 +383,15 @@ fn parked_section_precedes_the_plan_of_the_other_changes() {
                 EmitAfter(i) => EmitAfter(others[i]),
                 s => s,
             };
-            want.extend(Plan::with_protocol(arch, protocol, &alone).map(renumber));
+            want.extend(
+                Plan::with_protocol(arch, protocol, &alone)
+                    .steps()
+                    .map(renumber),
+            );
             assert_eq!(steps, want, "{arch:?} {protocol:?}");
-            assert!(!Plan::with_protocol(arch, protocol, &alone).any(|s| s == Park));
+            assert!(!Plan::with_protocol(arch, protocol, &alone)
+                .steps()
+                .any(|s| s == Park));
         }
     }
 }
@@ -389,8 +403,9 @@ fn before_after_has_the_documented_shape() {
         change(&NOP5, &NOP5),
         change(&JMP32, &NOP5),
     ];
-    let steps: Vec<Step> =
-        Plan::with_protocol(Arch::X86, Protocol::BeforeAfter, &changes).collect();
+    let steps: Vec<Step> = Plan::with_protocol(Arch::X86, Protocol::BeforeAfter, &changes)
+        .steps()
+        .collect();
     assert_eq!(
         steps,
         [
@@ -416,7 +431,9 @@ fn before_after_has_the_documented_shape() {
     );
     let arm64 = [change(&ARM_NOP, &ARM_B)];
     assert_eq!(
-        Plan::with_protocol(Arch::Arm64, Protocol::BeforeAfter, &arm64).collect::<Vec<_>>(),
+        Plan::with_protocol(Arch::Arm64, Protocol::BeforeAfter, &arm64)
+            .steps()
+            .collect::<Vec<_>>(),
         [
             Publish,
             EmitBefore(0),
@@ -582,7 +599,9 @@ fn quiet_plans_emit_nothing_and_guard_only_on_x86() {
     let arm = [change(&ARM_NOP, &ARM_B), change(&ARM_B, &ARM_NOP)];
     // arm64: upstream's nosync writes, one sync, no guard, no record.
     assert_eq!(
-        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &arm).collect::<Vec<_>>(),
+        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &arm)
+            .steps()
+            .collect::<Vec<_>>(),
         [Publish, WriteWhole(0), WriteWhole(1), Sync, Retire]
     );
     let cost = Cost::of(Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &arm));
@@ -594,13 +613,17 @@ fn quiet_plans_emit_nothing_and_guard_only_on_x86() {
         .filter(|s| !matches!(s, Emit(_)))
         .collect();
     assert_eq!(
-        Plan::with_protocol(Arch::X86, Protocol::Quiet, &x86).collect::<Vec<_>>(),
+        Plan::with_protocol(Arch::X86, Protocol::Quiet, &x86)
+            .steps()
+            .collect::<Vec<_>>(),
         guarded
     );
     // A parked change: the same section, without its record.
     let mixed = [change(&ARM_NOP, &ARM_B), parked(&ARM_RET, &ARM_MOV_X9_X30)];
     assert_eq!(
-        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &mixed).collect::<Vec<_>>(),
+        Plan::with_protocol(Arch::Arm64, Protocol::Quiet, &mixed)
+            .steps()
+            .collect::<Vec<_>>(),
         [
             Park,
             WriteWhole(1),
@@ -609,6 +632,95 @@ fn quiet_plans_emit_nothing_and_guard_only_on_x86() {
             WriteWhole(0),
             Sync,
             Retire
+        ]
+    );
+}
+
+/// A phase as the tests compare it: its kind and the changes it covers.
+fn phases(arch: Arch, protocol: Protocol, changes: &[Change]) -> Vec<(String, Vec<usize>)> {
+    let indices = |c: textpoke_core::plan::Changes<'_, Change>| c.map(|(i, _)| i).collect();
+    Plan::with_protocol(arch, protocol, changes)
+        .map(|phase| match phase {
+            Phase::Parked { changes, records } => {
+                (format!("parked records={records}"), indices(changes))
+            }
+            Phase::Publish => ("publish".into(), vec![]),
+            Phase::Writes(write, changes) => (format!("{write:?} writes"), indices(changes)),
+            Phase::Records(record, changes) => (format!("{record:?} records"), indices(changes)),
+            Phase::WriteThenRecord(changes) => ("write then record".into(), indices(changes)),
+            Phase::AnnounceThenWrite(changes) => ("announce then write".into(), indices(changes)),
+            Phase::Sync => ("sync".into(), vec![]),
+            Phase::Retire => ("retire".into(), vec![]),
+        })
+        .collect()
+}
+
+#[test]
+fn each_kind_of_write_is_one_phase_over_every_change_that_needs_it() {
+    // 40 x86 sites: the tails of all of them are one phase, which the engine hands to the arch
+    // together (16 to a temporary-mm session), not one session per tail. Site 1's tail does
+    // not change, and site 2 becomes INT3 itself: no tail, no head.
+    let mut changes: Vec<Change> = (0..40).map(|_| change(&NOP5, &JMP32)).collect();
+    changes[1] = change(&JMP32, &CALL);
+    changes[2] = change(&[0xc3], &[0xcc]);
+    let all: Vec<usize> = (0..40).collect();
+    let tails: Vec<usize> = all.iter().copied().filter(|&i| i != 1 && i != 2).collect();
+    let heads: Vec<usize> = all.iter().copied().filter(|&i| i != 2).collect();
+    let s = |k: &str, v: &[usize]| (k.to_string(), v.to_vec());
+    assert_eq!(
+        phases(Arch::X86, Protocol::Guarded, &changes),
+        [
+            s("publish", &[]),
+            s("Guard writes", &all),
+            s("sync", &[]),
+            s("Tail writes", &tails),
+            s("Change records", &all),
+            s("sync", &[]),
+            s("Head writes", &heads),
+            s("sync", &[]),
+            s("retire", &[]),
+        ]
+    );
+    // The steps are the phases' steps, in order.
+    let flat: Vec<Step> = Plan::new(Arch::X86, &changes)
+        .flat_map(Phase::steps)
+        .collect();
+    assert_eq!(flat, plan(Arch::X86, &changes));
+    assert_eq!(
+        flat.iter().filter(|s| matches!(s, WriteTail(_))).count(),
+        38
+    );
+}
+
+#[test]
+fn quiet_and_parked_phases() {
+    let arm = [
+        change(&ARM_NOP, &ARM_B),
+        parked(&ARM_RET, &ARM_MOV_X9_X30),
+        change(&ARM_B, &ARM_NOP),
+    ];
+    let s = |k: &str, v: &[usize]| (k.to_string(), v.to_vec());
+    assert_eq!(
+        phases(Arch::Arm64, Protocol::Quiet, &arm),
+        [
+            s("parked records=false", &[1]),
+            s("publish", &[]),
+            s("Whole writes", &[0, 2]),
+            s("sync", &[]),
+            s("retire", &[]),
+        ]
+    );
+    assert_eq!(
+        phases(Arch::Arm64, Protocol::Guarded, &arm),
+        [
+            s("parked records=true", &[1]),
+            s("publish", &[]),
+            s("Guard writes", &[0, 2]),
+            s("sync", &[]),
+            s("Change records", &[0, 2]),
+            s("Head writes", &[0, 2]),
+            s("sync", &[]),
+            s("retire", &[]),
         ]
     );
 }

@@ -129,24 +129,26 @@ const LISTED_WITH: &str = "!(return_thunks && matches!(self, Kind::Ret))";
 // The snippets of `kernel/plan.rs`.
 
 /// The guard sync: after every guard, before any tail or record.
-const PLAN_GUARD_SYNC: &str = "if self.wrote_guard {";
+const PLAN_GUARD_SYNC: &str = "section(Some(Phase::Sync)),";
 /// The tail sync (x86): after the tails, before any head.
-const PLAN_TAIL_SYNC: &str =
-    "if self.wrote_tail && self.protocol != Protocol::HeadBeforeTailSync {";
+const PLAN_TAIL_SYNC: &str = "tails.is_some() && protocol != Protocol::HeadBeforeTailSync;";
 /// The head sync: after the heads, before the batch retires.
-const PLAN_HEAD_SYNC: &str = "self.enter(Phase::Retire);
-                    if self.wrote_head {";
+const PLAN_HEAD_SYNC: &str = "section(heads.map(|_| Phase::Sync)),";
 /// What makes a change no change.
 const PLAN_IS_NOOP: &str = "        self.old == self.new\n";
-/// The section a change belongs to: the parked one or the guarded one.
-const PLAN_SECTION: &str = "if !change.is_noop() && change.parked == parked {";
+/// Whether a change is parked, as the phases that cover a set of changes see it.
+const PLAN_SECTION: &str = "let parked = change.parked;";
 /// Whether the batch opens a parked section.
-const PLAN_PARK: &str = ".any(|c| c.parked && !c.is_noop())";
-/// The broken protocol's records before the guard sync, and its way past the records phase.
-const PLAN_RECORDS_EARLY: &str = "if self.protocol == Protocol::RecordBeforeGuardSync {
-                        // The broken order";
-const PLAN_RECORDS_SKIPPED: &str =
-    "None => self.enter(if self.protocol == Protocol::RecordBeforeGuardSync {";
+const PLAN_PARK: &str = "parked.any().then_some(Phase::Parked {";
+/// The broken protocol's records before the guard sync, and the guarded protocol's after it.
+const PLAN_RECORDS_EARLY: &str = "let early = (protocol == Protocol::RecordBeforeGuardSync)";
+const PLAN_RECORDS_SKIPPED: &str = "Protocol::Guarded | Protocol::HeadBeforeTailSync => {";
+/// Whether a parked section emits a record after each write.
+const PLAN_PARKED_RECORDS: &str = "records: protocol != Protocol::Quiet,";
+/// A phase of two steps per change: its second step.
+const PLAN_SECOND_STEP: &str = "self.at = At::Second(second);";
+const PLAN_RECORDS_NONE: &str =
+    "Protocol::RecordBeforeGuardSync | Protocol::UnguardedNosync | Protocol::Quiet => None,";
 /// A stranded site's target.
 const RECOVERY_TARGET: &str = "        if self.recorded {\n";
 /// Recovery's sync between the tails and the heads.
@@ -186,7 +188,7 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 // The snippets of the kernel-only files, for the allowed mutants below.
 
-const BATCH_SYNC: &str = "Step::Sync => {\n                self.text.sync(CurrentArch::sync_all);";
+const BATCH_SYNC: &str = "Phase::Sync => {\n                self.text.sync(CurrentArch::sync_all);";
 const BATCH_TEXT_CHECK: &str = "        let published = match run.check_text() {\n";
 const BATCH_RECOVERY_REPLACED: &str = "        for (e, s) in entries.iter().zip(sites.iter()) {
             if s.guarded {
@@ -603,7 +605,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "plan-no-guard-sync",
         file: PLAN,
         what: "plan: no sync after the guards",
-        edits: &[(PLAN_GUARD_SYNC, "if false {")],
+        edits: &[(PLAN_GUARD_SYNC, "section(None),")],
         killers: &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
@@ -615,7 +617,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "plan-no-tail-sync",
         file: PLAN,
         what: "plan: no sync between the tails and the heads (x86)",
-        edits: &[(PLAN_TAIL_SYNC, "if false {")],
+        edits: &[(PLAN_TAIL_SYNC, "false;")],
         killers: &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
@@ -627,11 +629,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "plan-no-head-sync",
         file: PLAN,
         what: "plan: no sync after the heads, before the batch retires",
-        edits: &[(
-            PLAN_HEAD_SYNC,
-            "self.enter(Phase::Retire);
-                    if false {",
-        )],
+        edits: &[(PLAN_HEAD_SYNC, "section(None),")],
         killers: &[
             "plan:arm64_batch_takes_two_syncs_and_no_tails",
             "model:guarded_arm64_is_clean_exhaustively_3_cpus_4_sites",
@@ -664,7 +662,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "plan-parked-guarded",
         file: PLAN,
         what: "plan: the parked flag ignored, every change guarded",
-        edits: &[(PLAN_SECTION, "if !change.is_noop() && !parked {")],
+        edits: &[(PLAN_SECTION, "let parked = false;")],
         killers: &[
             "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
             "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
@@ -676,7 +674,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "plan-never-parks",
         file: PLAN,
         what: "plan: no parked section, so parked changes are never made",
-        edits: &[(PLAN_PARK, ".any(|_| false)")],
+        edits: &[(PLAN_PARK, "false.then_some(Phase::Parked {")],
         killers: &[
             "plan:all_parked_batch_has_no_guarded_section",
             "model:all_parked_arm64_is_clean_exhaustively",
@@ -691,20 +689,44 @@ pub const MUTANTS: &[Mutant] = &[
         edits: &[
             (
                 PLAN_RECORDS_EARLY,
-                "if matches!(self.protocol, Protocol::Guarded | Protocol::RecordBeforeGuardSync) {
-                        // The broken order",
+                "let early = matches!(protocol, Protocol::Guarded | Protocol::RecordBeforeGuardSync)",
             ),
+            (PLAN_RECORDS_SKIPPED, "Protocol::HeadBeforeTailSync => {"),
             (
-                PLAN_RECORDS_SKIPPED,
-                "None => self.enter(if matches!(
-                        self.protocol,
-                        Protocol::Guarded | Protocol::RecordBeforeGuardSync
-                    ) {",
+                PLAN_RECORDS_NONE,
+                "Protocol::Guarded
+            | Protocol::RecordBeforeGuardSync
+            | Protocol::UnguardedNosync
+            | Protocol::Quiet => None,",
             ),
         ],
         killers: &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-parked-unrecorded",
+        file: PLAN,
+        what: "plan: the parked section writes without records",
+        edits: &[(PLAN_PARKED_RECORDS, "records: false,")],
+        killers: &[
+            "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
+            "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-second-step-lost",
+        file: PLAN,
+        what: "plan: a phase of two steps per change yields only the first (parked records, the unguarded protocols' records and writes)",
+        edits: &[(PLAN_SECOND_STEP, "let _ = second;")],
+        killers: &[
+            "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
+            "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
         hang_kills: false,
         allowed: None,
@@ -794,7 +816,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "executor: a plan's Sync step counted but not made",
         edits: &[(
             BATCH_SYNC,
-            "Step::Sync => {\n                self.text.sync(|| {});",
+            "Phase::Sync => {\n                self.text.sync(|| {});",
         )],
         killers: &[],
         hang_kills: false,
