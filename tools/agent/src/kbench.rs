@@ -23,10 +23,20 @@ pub const PREFIX: &str = "textpoke-kbench: ";
 /// Rounds: every workload on each path once per round.
 const ROUNDS: u32 = 10;
 
-/// The workloads, in the order each round runs them.
-const WORKLOADS: [&str; 4] = [
+/// The workloads, in the order each round runs them. `sched_schedstats` is turned on and off
+/// five times a round: one of its changes takes a few milliseconds, near the noise of one
+/// sample, and the function tracer's take seconds.
+const WORKLOADS: [&str; 12] = [
     "ftrace_all_on",
     "ftrace_all_off",
+    "schedstats_on",
+    "schedstats_off",
+    "schedstats_on",
+    "schedstats_off",
+    "schedstats_on",
+    "schedstats_off",
+    "schedstats_on",
+    "schedstats_off",
     "schedstats_on",
     "schedstats_off",
 ];
