@@ -655,6 +655,11 @@ fn phases(arch: Arch, protocol: Protocol, changes: &[Change]) -> Vec<(String, Ve
         .collect()
 }
 
+/// A phase as [`phases`] describes it.
+fn s(kind: &str, changes: &[usize]) -> (String, Vec<usize>) {
+    (kind.to_string(), changes.to_vec())
+}
+
 #[test]
 fn each_kind_of_write_is_one_phase_over_every_change_that_needs_it() {
     // 40 x86 sites: the tails of all of them are one phase, which the engine hands to the arch
@@ -666,7 +671,6 @@ fn each_kind_of_write_is_one_phase_over_every_change_that_needs_it() {
     let all: Vec<usize> = (0..40).collect();
     let tails: Vec<usize> = all.iter().copied().filter(|&i| i != 1 && i != 2).collect();
     let heads: Vec<usize> = all.iter().copied().filter(|&i| i != 2).collect();
-    let s = |k: &str, v: &[usize]| (k.to_string(), v.to_vec());
     assert_eq!(
         phases(Arch::X86, Protocol::Guarded, &changes),
         [
@@ -699,7 +703,6 @@ fn quiet_and_parked_phases() {
         parked(&ARM_RET, &ARM_MOV_X9_X30),
         change(&ARM_B, &ARM_NOP),
     ];
-    let s = |k: &str, v: &[usize]| (k.to_string(), v.to_vec());
     assert_eq!(
         phases(Arch::Arm64, Protocol::Quiet, &arm),
         [
