@@ -23,23 +23,21 @@ pub const PREFIX: &str = "textpoke-kbench: ";
 /// Rounds: every workload on each path once per round.
 const ROUNDS: u32 = 10;
 
-/// The workloads, in the order each round runs them. `sched_schedstats` is turned on and off
-/// five times a round: one of its changes takes a few milliseconds, near the noise of one
-/// sample, and the function tracer's take seconds.
-const WORKLOADS: [&str; 12] = [
-    "ftrace_all_on",
-    "ftrace_all_off",
-    "schedstats_on",
-    "schedstats_off",
-    "schedstats_on",
-    "schedstats_off",
-    "schedstats_on",
-    "schedstats_off",
-    "schedstats_on",
-    "schedstats_off",
-    "schedstats_on",
-    "schedstats_off",
-];
+/// The function tracer's workloads, run once per round.
+const FTRACE: [&str; 2] = ["ftrace_all_on", "ftrace_all_off"];
+/// `sched_schedstats`' workloads, run [`SCHEDSTATS_PAIRS`] times per round, after the tracer's.
+const SCHEDSTATS: [&str; 2] = ["schedstats_on", "schedstats_off"];
+/// How many times a round turns `sched_schedstats` on and off: one of its changes takes a few
+/// milliseconds under TCG, near the noise of one sample, where the function tracer's take
+/// seconds.
+const SCHEDSTATS_PAIRS: usize = 20;
+
+/// The workloads, in the order each round runs them.
+fn workloads() -> impl Iterator<Item = &'static str> {
+    FTRACE
+        .into_iter()
+        .chain((0..SCHEDSTATS_PAIRS).flat_map(|_| SCHEDSTATS))
+}
 
 fn workload(name: &str) -> Result<(), String> {
     use crate::kernel_patching::{filter, tracer, write};
@@ -97,7 +95,7 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                     continue;
                 }
             };
-            for w in WORKLOADS {
+            for w in workloads() {
                 let counters = crate::kernel_patching::counters;
                 let (c0, ipis0) = (counters(), super::bench::call_ipis());
                 let start = Instant::now();
@@ -142,7 +140,7 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
     // Leave the kernel as found: textpoke unloaded, tracer off.
     let _ = crate::kernel_patching::tracer("nop");
     let _ = take_path("stock");
-    let expected = ROUNDS * PATHS.len() as u32 * WORKLOADS.len() as u32;
+    let expected = ROUNDS * PATHS.len() as u32 * workloads().count() as u32;
     vec![
         Case::check(
             "kernel_patching_samples",
