@@ -856,7 +856,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         self.text.hold();
         for (e, c) in self.entries.iter().zip(self.conflict.iter_mut()) {
             if !e.change.parked
-                && e.change.old != e.change.new
+                && !e.change.is_noop()
                 && !holds_guarded(e.addr, &e.change.new)
             {
                 *c = true;

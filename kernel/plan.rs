@@ -143,7 +143,8 @@ impl Change {
         }
     }
 
-    fn is_noop(&self) -> bool {
+    /// Whether the change writes the bytes that are there already: nothing to guard or write.
+    pub(crate) fn is_noop(&self) -> bool {
         self.old == self.new
     }
 }
@@ -543,7 +544,8 @@ impl<'a, C: AsRef<Change>> Plan<'a, C> {
         let heads = which(Which::NewHead).filter_due(guards);
         let tail_sync = tails.is_some() && protocol != Protocol::HeadBeforeTailSync;
         // A batch whose changes are all parked, or no change, has no such section.
-        let section = |phase: Option<Phase<'a, C>>| phase.filter(|_| unparked.any());
+        let any_unparked = unparked.any();
+        let section = |phase: Option<Phase<'a, C>>| phase.filter(|_| any_unparked);
         Self {
             phases: [
                 parked.any().then_some(Phase::Parked {

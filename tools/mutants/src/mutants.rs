@@ -620,6 +620,7 @@ pub const MUTANTS: &[Mutant] = &[
         edits: &[(PLAN_TAIL_SYNC, "false;")],
         killers: &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
+            "plan:each_kind_of_write_is_one_phase_over_every_change_that_needs_it",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
         ],
         hang_kills: false,
@@ -714,6 +715,7 @@ pub const MUTANTS: &[Mutant] = &[
         edits: &[(PLAN_PARKED_RECORDS, "records: false,")],
         killers: &[
             "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
+            "plan:quiet_and_parked_phases",
             "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
         hang_kills: false,
