@@ -448,6 +448,7 @@ fn listener_handshake_control(kcore: &Kcore) -> Case {
                 kcore,
                 sites,
                 crate::listener::Storm::ModuleOnly,
+                None,
             ))
         })?;
         handshake_caught(outcome)

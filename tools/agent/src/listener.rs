@@ -18,13 +18,24 @@
 //!   every record's old bytes (or already hold its new ones, if the copy was read after the
 //!   change: records timed before the copy's end only) and end equal to the text. A batch that
 //!   decided "nobody listens" and wrote after the copy without a record breaks one or the other.
+//! - `listener_mid_storm_observed`: over the same starts the breakpoint observer
+//!   (textpoke_agent::observer) watches the exerciser's first branch sites, which the storm
+//!   flips, and judges every execution after each listener's copy against that listener's
+//!   records alone, with the copy for a site it has none of: no violation. Executions between
+//!   the listener's start and its copy are not judged: a decoder has only the copy for them,
+//!   which may hold a change recorded after the start already (as `perf record --kcore`
+//!   copies after it enables its events), and an execution that passed its site before a
+//!   batch that decided "nobody listens" and finished before the start can reach its path's
+//!   breakpoint after the start.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use textpoke_agent::checks;
 use textpoke_agent::exerciser::{self, Site};
 use textpoke_agent::kcore::Kcore;
 use textpoke_agent::ktap::Case;
+use textpoke_agent::observer::{self, Clock, Collected, Observer, Verdicts, Watched};
 use textpoke_agent::perf::{Listener, Recorder, RecorderConfig, TextPokeRec};
 
 use crate::kernel_patching::{self, kernel_text};
@@ -290,16 +301,144 @@ pub enum Storm {
     ModuleOnly,
 }
 
-/// One listener start, `delay` into a storm: its copy plus its records against the text.
+/// What the breakpoint observer saw over the starts: the executions after each listener's copy,
+/// judged against that listener's records.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The verdicts, summed over the starts.
+    pub verdicts: Verdicts,
+    /// Hits collected.
+    pub hits: usize,
+    /// Hits after the listeners' copies.
+    pub judged: usize,
+    /// Sweep steps taken.
+    pub steps: u64,
+    /// Hits perf lost.
+    pub lost: u64,
+    /// Unparsable output records.
+    pub bad: u64,
+    /// What went wrong: the observer not starting or its sweep failing, a record or copy the
+    /// verdicts cannot use.
+    pub errors: Vec<String>,
+}
+
+/// Executions a passing `listener_mid_storm_observed` judges, over all the starts of a boot.
+pub const MIN_JUDGED: u64 = 500;
+
+impl Watch {
+    /// The observer's run of one start: `copy` is the listener's copy of the sites' region
+    /// from `base`, read by `copied_by` (`CLOCK_MONOTONIC`, the clock of the hits and the
+    /// records).
+    fn add(
+        &mut self,
+        sites: &[Site],
+        watched: &[Watched],
+        (base, copy): (u64, &[u8]),
+        pokes: &[TextPokeRec],
+        copied_by: u64,
+        c: Collected,
+    ) {
+        self.hits += c.hits.len();
+        self.steps += c.steps;
+        self.lost += c.lost;
+        self.bad += c.bad;
+        self.errors.extend(c.error);
+        let after: Vec<_> = c.hits.into_iter().filter(|h| h.time > copied_by).collect();
+        self.judged += after.len();
+        let judged = (|| {
+            let timelines = checks::timelines(sites, pokes)?;
+            let unrecorded: Vec<Watched> = watched
+                .iter()
+                .filter(|w| !timelines.contains_key(&w.index))
+                .cloned()
+                .collect();
+            let initial = crate::observed::paths_in(base, copy, &unrecorded)?;
+            Ok::<_, String>(observer::judge(
+                watched,
+                &timelines,
+                &initial,
+                &after,
+                observer::HITS_REPEAT,
+            ))
+        })();
+        match judged {
+            Ok(v) => self.verdicts.add(v),
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// One line of it.
+    fn line(&self) -> String {
+        let v = &self.verdicts;
+        format!(
+            "{} hits in {} sweep steps, {} after the listeners' copies: {} executions judged \
+             against their records ({} met the guard): old {}, new {}, trapped {}, undecided \
+             {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
+            self.hits,
+            self.steps,
+            self.judged,
+            v.classified(),
+            v.met_guard,
+            v.old_ran,
+            v.new_ran,
+            v.trapped,
+            v.undecided,
+            v.violations,
+            v.stray,
+            v.retriggered,
+            self.lost,
+            self.bad
+        )
+    }
+
+    /// The case's verdict on it.
+    fn case(&self) -> Case {
+        const NAME: &str = "listener_mid_storm_observed";
+        let (v, line) = (&self.verdicts, self.line());
+        let problem = if !self.errors.is_empty() || self.lost > 0 || self.bad > 0 {
+            Some(format!(
+                "errors {:?}, {} lost, {} unparsable",
+                self.errors, self.lost, self.bad
+            ))
+        } else if v.violations > 0 {
+            Some(format!("{} violations: {:?}", v.violations, v.examples))
+        } else if v.classified() < MIN_JUDGED {
+            Some(format!(
+                "{} executions judged, fewer than {MIN_JUDGED}",
+                v.classified()
+            ))
+        } else if v.met_guard == 0 {
+            Some("no judged execution met a guard".to_owned())
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+            None => Case::pass(NAME).with_log(line),
+        }
+    }
+}
+
+/// One listener start, `delay` into a storm: its copy plus its records against the text, and,
+/// with `watch`, the observer's verdicts on the executions of `watched` after the copy, added
+/// to `watch`.
 pub fn one_start(
     kcore: &Kcore,
     sites: &[Site],
     delay: Duration,
     storm: Storm,
+    watch: Option<(&[Watched], &mut Watch)>,
 ) -> Result<(Start, usize), String> {
     // The sites first: they are read at once, before a batch's writes that a broken handshake
     // would leave unrecorded.
     let regions = [region(sites), kernel_text()?];
+    let observing = watch.as_ref().map(|(w, _)| {
+        Observer::start(observer::Config {
+            sites: w.to_vec(),
+            dwell: crate::observed::DWELL,
+            clock: Clock::Monotonic,
+        })
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let kernel = match storm {
         Storm::ModuleAndKernel => Some(kernel_storm(stop.clone())),
@@ -320,6 +459,7 @@ pub fn one_start(
         .collect();
     let copied_by = monotonic_ns();
     let ran = flips.join().unwrap_or(Err(-1));
+    let collected = observing.map(|o| o.map(Observer::stop));
     stop.store(true, Ordering::Relaxed);
     let toggles = match kernel {
         Some(k) => k
@@ -337,8 +477,22 @@ pub fn one_start(
             drain.lost_events, drain.errors
         ));
     }
+    let copies = copies?;
+    if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
+        match collected {
+            Ok(c) => watch.add(
+                sites,
+                watched,
+                (regions[0].0, &copies[0]),
+                &drain.pokes,
+                copied_by,
+                c,
+            ),
+            Err(e) => watch.errors.push(format!("starting the observer: {e}")),
+        }
+    }
     let mut total = Start::default();
-    for (&(base, len), mut copy) in regions.iter().zip(copies?) {
+    for (&(base, len), mut copy) in regions.iter().zip(copies) {
         let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
         let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
         // arm64 ftrace's ops literals are data, which nobody records (as for every transition
@@ -357,14 +511,26 @@ pub fn one_start(
     Ok((total, toggles))
 }
 
-/// [`STARTS`] listener starts spread over storms: `Ok(summary)` if every one agreed.
-pub fn mid_storm(kcore: &Kcore, sites: &[Site], storm: Storm) -> Result<String, String> {
+/// [`STARTS`] listener starts spread over storms: `Ok(summary)` if every copy agreed. With
+/// `watch`, the observer watches the first branch sites through each start (see the module's
+/// documentation) and its verdicts are added there.
+pub fn mid_storm(
+    kcore: &Kcore,
+    sites: &[Site],
+    storm: Storm,
+    mut watch: Option<&mut Watch>,
+) -> Result<String, String> {
+    let watched = match watch {
+        Some(_) => crate::observed::watched(sites)?,
+        None => Vec::new(),
+    };
     let start = Instant::now();
     let (mut replayed, mut already, mut toggles) = (0, 0, 0);
     for k in 0..STARTS {
         // From the storm's first moments to well into it.
         let delay = Duration::from_millis(50 + 150 * k as u64);
-        let (s, t) = one_start(kcore, sites, delay, storm)
+        let observing = watch.as_deref_mut().map(|w| (watched.as_slice(), w));
+        let (s, t) = one_start(kcore, sites, delay, storm, observing)
             .map_err(|e| format!("start {k} ({} ms in): {e}", delay.as_millis()))?;
         replayed += s.replayed;
         already += s.already;
@@ -382,10 +548,15 @@ pub fn mid_storm(kcore: &Kcore, sites: &[Site], storm: Storm) -> Result<String, 
 pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) -> Case {
     *listening = None;
     let mut children = vec![quiet_case(kcore, sites), guarded_case(kcore, sites)];
-    children.push(match mid_storm(kcore, sites, Storm::ModuleAndKernel) {
-        Ok(line) => Case::pass("listener_mid_storm").with_log(line),
-        Err(e) => Case::fail("listener_mid_storm", e),
-    });
+    let mut watch = Watch::default();
+    children.push(
+        match mid_storm(kcore, sites, Storm::ModuleAndKernel, Some(&mut watch)) {
+            Ok(line) => Case::pass("listener_mid_storm").with_log(line),
+            Err(e) => Case::fail("listener_mid_storm", e),
+        },
+    );
+    log(&format!("listener: observer: {}", watch.line()));
+    children.push(watch.case());
     *listening = Listener::open().ok();
     Case::group("listener", children)
 }
@@ -402,6 +573,154 @@ mod tests {
             time,
             ..TextPokeRec::default()
         }
+    }
+
+    /// A branch site at 0x100 (`off` 0, `on` 1) as the exerciser lists it and the observer
+    /// watches it, and a hit of its path `path` at `time` that read `word` at the site.
+    fn watched_site() -> (Site, Watched) {
+        let site = Site {
+            index: 7,
+            kind: "b".into(),
+            addr: 0x100,
+            len: 1,
+            off: vec![0],
+            on: vec![1],
+        };
+        let w = Watched {
+            index: 7,
+            addr: 0x100,
+            on: vec![1],
+            off: vec![0],
+            taken: 0x140,
+            fall: 0x101,
+        };
+        (site, w)
+    }
+
+    fn hit(time: u64, w: &Watched, path: u8) -> observer::ObsHit {
+        observer::ObsHit {
+            time,
+            cpu: 0,
+            seen: textpoke_agent::bpf::SiteWord {
+                bp_addr: if path == 1 { w.taken } else { w.fall },
+                site: w.addr,
+                word: 0,
+                fingerprint: time,
+            },
+        }
+    }
+
+    fn collected(hits: Vec<observer::ObsHit>) -> Collected {
+        Collected {
+            hits,
+            ..Collected::default()
+        }
+    }
+
+    #[test]
+    fn the_observer_judges_only_executions_after_the_copy() {
+        let (site, w) = watched_site();
+        // The listener's one record: off to on at 50; an unguarded execution of `on` at 40 is a
+        // violation if judged.
+        let pokes = [poke(0x100, &[0], &[1], 50)];
+        let mut judged = Watch::default();
+        judged.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[0]),
+            &pokes,
+            30,
+            collected(vec![hit(40, &w, 1), hit(60, &w, 1)]),
+        );
+        assert!(judged.errors.is_empty(), "{:?}", judged.errors);
+        assert_eq!((judged.hits, judged.judged), (2, 2));
+        assert_eq!(
+            (judged.verdicts.violations, judged.verdicts.new_ran),
+            (1, 1)
+        );
+        // Read after 40: that execution is before the copy, and not judged.
+        let mut after = Watch::default();
+        after.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[0]),
+            &pokes,
+            45,
+            collected(vec![hit(40, &w, 1), hit(60, &w, 1)]),
+        );
+        assert_eq!((after.hits, after.judged), (2, 1));
+        assert_eq!((after.verdicts.violations, after.verdicts.new_ran), (0, 1));
+    }
+
+    #[test]
+    fn a_site_without_records_keeps_the_path_its_copy_holds() {
+        let (site, w) = watched_site();
+        let mut watch = Watch::default();
+        watch.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[1]),
+            &[],
+            10,
+            collected(vec![hit(20, &w, 1), hit(30, &w, 0)]),
+        );
+        assert!(watch.errors.is_empty(), "{:?}", watch.errors);
+        // `on` in effect: its execution agrees, the fall-through's is undecided.
+        assert_eq!((watch.verdicts.old_ran, watch.verdicts.undecided), (1, 1));
+        // A copy that holds neither instruction is an error, not a verdict.
+        let mut bad = Watch::default();
+        bad.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[9]),
+            &[],
+            10,
+            collected(vec![hit(20, &w, 1)]),
+        );
+        assert_eq!(bad.errors.len(), 1);
+        assert_eq!(bad.verdicts.classified(), 0);
+    }
+
+    #[test]
+    fn the_observed_case_wants_judged_executions_guards_and_no_violation() {
+        let pass = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                met_guard: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(pass.case().passed());
+        let few = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED - 1,
+                met_guard: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!few.case().passed());
+        let violated = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                met_guard: 1,
+                violations: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!violated.case().passed());
+        let unguarded = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!unguarded.case().passed());
+        let lost = Watch { lost: 1, ..pass };
+        assert!(!lost.case().passed());
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub const CONTROL_SPEC: &str = "keys=1 sites=8 flips=21 pokers=1";
 /// Branch sites watched: the first of the pool, which the key of [`SPEC`] takes.
 const WATCHED: usize = 8;
 /// How long the breakpoints stay on one site.
-const DWELL: Duration = Duration::from_millis(5);
+pub const DWELL: Duration = Duration::from_millis(5);
 /// Executions the observer must classify in a passing run.
 pub const MIN_CLASSIFIED: u64 = 1000;
 
@@ -104,6 +104,7 @@ pub fn run(spec: &str, sites: &[Site], kcore: &Kcore) -> Result<Observed, String
     let config = Config {
         sites: watched.clone(),
         dwell: DWELL,
+        clock: observer::Clock::Perf,
     };
     let (ev, collected) = scenario::run_observed(spec, sites, kcore, Some(config))?;
     let collected = collected.ok_or("the observer did not run")?;
@@ -140,27 +141,29 @@ fn initial_paths(
     sites: &[Site],
     watched: &[Watched],
 ) -> Result<HashMap<usize, u8>, String> {
-    let (base, _) = region(sites);
-    let mut initial = HashMap::new();
+    paths_in(region(sites).0, &ev.before, watched)
+}
+
+/// Each of `watched`'s paths, by index, in `text`: a copy of the text from `base`.
+pub fn paths_in(base: u64, text: &[u8], watched: &[Watched]) -> Result<HashMap<usize, u8>, String> {
+    let mut paths = HashMap::new();
     for w in watched {
-        let at = (w.addr - base) as usize;
-        let text = ev
-            .before
-            .get(at..at + w.on.len())
-            .ok_or_else(|| format!("site {:#x} outside the kcore snapshot", w.addr))?;
-        let path = if text == w.on.as_slice() {
+        let at = w
+            .addr
+            .checked_sub(base)
+            .and_then(|a| usize::try_from(a).ok())
+            .and_then(|a| text.get(a..a.checked_add(w.on.len())?))
+            .ok_or_else(|| format!("site {:#x} outside the copy", w.addr))?;
+        let path = if at == w.on.as_slice() {
             1
-        } else if text == w.off.as_slice() {
+        } else if at == w.off.as_slice() {
             0
         } else {
-            return Err(format!(
-                "site {:#x} holds {text:02x?} before the run",
-                w.addr
-            ));
+            return Err(format!("site {:#x} holds {at:02x?} in the copy", w.addr));
         };
-        initial.insert(w.index, path);
+        paths.insert(w.index, path);
     }
-    Ok(initial)
+    Ok(paths)
 }
 
 /// What the observer saw, as the lines the host turns into a CoreSight trace

@@ -119,6 +119,20 @@ impl Verdicts {
     pub fn classified(&self) -> u64 {
         self.old_ran + self.new_ran + self.trapped + self.undecided + self.violations
     }
+
+    /// Adds `other`'s counts to these, and its examples while there is room.
+    pub fn add(&mut self, other: Verdicts) {
+        self.old_ran += other.old_ran;
+        self.new_ran += other.new_ran;
+        self.trapped += other.trapped;
+        self.undecided += other.undecided;
+        self.violations += other.violations;
+        self.met_guard += other.met_guard;
+        self.stray += other.stray;
+        self.retriggered += other.retriggered;
+        let room = 8usize.saturating_sub(self.examples.len());
+        self.examples.extend(other.examples.into_iter().take(room));
+    }
 }
 
 /// Whether a breakpoint can fire twice for one execution, so that a CPU's hit with the same
@@ -368,6 +382,17 @@ pub struct Config {
     pub sites: Vec<Watched>,
     /// How long the breakpoints stay on one site.
     pub dwell: Duration,
+    /// The clock the hits are timed on: that of the records they are judged against.
+    pub clock: Clock,
+}
+
+/// The clock of the hits' times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// perf's own, as [`perf::Recorder::open`]'s records.
+    Perf,
+    /// `CLOCK_MONOTONIC`, as [`perf::Recorder::open_monotonic`]'s records and userspace.
+    Monotonic,
 }
 
 struct Cpu {
@@ -422,7 +447,12 @@ impl Observer {
                 // No wakeups: the sweep polls. A wakeup is an irq_work, a self-interrupt,
                 // which on arm64 lands between the breakpoint and the instruction the kernel
                 // single-steps over it, so the breakpoint fires again, forever.
-                flags: WATERMARK,
+                flags: WATERMARK
+                    | match config.clock {
+                        Clock::Perf => 0,
+                        Clock::Monotonic => perf::attr_flags::USE_CLOCKID,
+                    },
+                clockid: libc::CLOCK_MONOTONIC,
                 wakeup_events: (OUTPUT_PAGES * 4096) as u32,
                 ..PerfEventAttr::default()
             };
