@@ -28,9 +28,11 @@ const FTRACE: [&str; 2] = ["ftrace_all_on", "ftrace_all_off"];
 /// `sched_schedstats`' workloads, run [`SCHEDSTATS_PAIRS`] times per round, after the tracer's.
 const SCHEDSTATS: [&str; 2] = ["schedstats_on", "schedstats_off"];
 /// How many times a round turns `sched_schedstats` on and off: one of its changes takes a few
-/// milliseconds under TCG, near the noise of one sample, where the function tracer's take
-/// seconds.
-const SCHEDSTATS_PAIRS: usize = 20;
+/// milliseconds under TCG, and its samples spread over twice that on either path (the
+/// emulator's scheduling), where the function tracer's take seconds. A thousand samples per path
+/// narrow the ratio's interval to what can tell a tenth of the stock path's cost, for half a
+/// minute a boot.
+const SCHEDSTATS_PAIRS: usize = 100;
 
 /// The workloads, in the order each round runs them.
 fn workloads() -> impl Iterator<Item = &'static str> {
