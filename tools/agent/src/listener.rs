@@ -369,23 +369,13 @@ impl Watch {
 
     /// One line of it.
     fn line(&self) -> String {
-        let v = &self.verdicts;
         format!(
-            "{} hits in {} sweep steps, {} after the listeners' copies: {} executions judged \
-             against their records ({} met the guard): old {}, new {}, trapped {}, undecided \
-             {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
+            "{} hits in {} sweep steps, {} after the listeners' copies, judged against their \
+             records: {}, lost {}, unparsable {}",
             self.hits,
             self.steps,
             self.judged,
-            v.classified(),
-            v.met_guard,
-            v.old_ran,
-            v.new_ran,
-            v.trapped,
-            v.undecided,
-            v.violations,
-            v.stray,
-            v.retriggered,
+            self.verdicts.counts(),
             self.lost,
             self.bad
         )

@@ -221,18 +221,10 @@ pub const DATASET_PARAM: &str = "textpoke.etm_dataset";
 /// One line of what the observer saw.
 pub fn summary(c: &Collected, v: &Verdicts) -> String {
     format!(
-        "{} hits in {} sweep steps: {} executions classified ({} met the guard): old {}, new {}, trapped {}, undecided {}, violations {}; stray {}, hit again {}, lost {}, unparsable {}",
+        "{} hits in {} sweep steps: {}, lost {}, unparsable {}",
         c.hits.len(),
         c.steps,
-        v.classified(),
-        v.met_guard,
-        v.old_ran,
-        v.new_ran,
-        v.trapped,
-        v.undecided,
-        v.violations,
-        v.stray,
-        v.retriggered,
+        v.counts(),
         c.lost,
         c.bad
     )

@@ -120,6 +120,23 @@ impl Verdicts {
         self.old_ran + self.new_ran + self.trapped + self.undecided + self.violations
     }
 
+    /// The counts in one line: executions classified, by verdict, then the hits that were none.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} executions classified ({} met the guard): old {}, new {}, trapped {}, undecided \
+             {}, violations {}; stray {}, hit again {}",
+            self.classified(),
+            self.met_guard,
+            self.old_ran,
+            self.new_ran,
+            self.trapped,
+            self.undecided,
+            self.violations,
+            self.stray,
+            self.retriggered
+        )
+    }
+
     /// Adds `other`'s counts to these, and its examples while there is room.
     pub fn add(&mut self, other: Verdicts) {
         self.old_ran += other.old_ran;
