@@ -10,7 +10,10 @@
 //!   word: the stack mark of each logged execution), on x86 the guards stay; either way the text
 //!   ends as the last commit left it (kcore), and the tracer's toggle leaves the kernel text as it
 //!   was.
-//! - `guarded_with_listener`: the same with a listener: no quiet batch, guards on both arches.
+//! - `guarded_with_listener`: the same with a recorder listening: no quiet batch, guards on both
+//!   arches, executions the CPU saw trap, one record per change the exerciser's batches list
+//!   (site by site), and the kernel's records, replayed onto the kernel text read before, chain
+//!   from it and end as the text is.
 //! - `listener_mid_storm`: flips of the exerciser's keys and ftrace sites, function-tracer
 //!   toggles and `sched_schedstats` flips run with nobody listening; at one of [`STARTS`] points
 //!   a recorder opens (the listener appears), copies the text through kcore and collects records
@@ -21,7 +24,8 @@
 //! - `listener_mid_storm_observed`: over the same starts the breakpoint observer
 //!   (textpoke_agent::observer) watches the exerciser's first branch sites, which the storm
 //!   flips, and judges every execution after each listener's copy against that listener's
-//!   records alone, with the copy for a site it has none of: no violation. Executions between
+//!   records alone, with the copy for a site it has none of: no violation. The storm's flips go
+//!   on until one whole run of them began after the copy. Executions between
 //!   the listener's start and its copy are not judged: a decoder has only the copy for them,
 //!   which may hold a change recorded after the start already (as `perf record --kcore`
 //!   copies after it enables its events), and an execution that passed its site before a
@@ -72,9 +76,21 @@ fn counters() -> Result<[u64; 6], String> {
     ])
 }
 
-/// Runs the exerciser's scenario `spec` and the function tracer on and off, and returns
-/// textpoke's counters' deltas, the executions the CPU saw trap, and any failure.
-fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<([u64; 6], usize), String> {
+/// What [`run_and_count`] saw.
+struct Ran {
+    /// textpoke's counters' deltas ([`counters`]).
+    delta: [u64; 6],
+    /// Executions the CPU saw trap.
+    trapped: usize,
+    /// The kernel text before the run (which it ends as), and where it starts.
+    kernel_text: (u64, Vec<u8>),
+    /// The exerciser's batches.
+    batches: Vec<exerciser::BatchLine>,
+}
+
+/// Runs the exerciser's scenario `spec` and the function tracer on and off, and returns what it
+/// saw, or any failure.
+fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<Ran, String> {
     let (base, len) = kernel_text()?;
     let before_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
     let before = counters()?;
@@ -119,13 +135,18 @@ fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<([u64; 6],
     for (d, (a, b)) in delta.iter_mut().zip(after.iter().zip(before.iter())) {
         *d = a.saturating_sub(*b);
     }
-    Ok((delta, trapped))
+    Ok(Ran {
+        delta,
+        trapped,
+        kernel_text: (base, before_text),
+        batches,
+    })
 }
 
 fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
     const NAME: &str = "quiet_without_listener";
     let (d, trapped) = match run_and_count(kcore, sites, QUIET_SPEC) {
-        Ok(x) => x,
+        Ok(ran) => (ran.delta, ran.trapped),
         Err(e) => return Case::fail(NAME, e),
     };
     let [batches, quiet, guards, kbatches, kquiet, kguards] = d;
@@ -153,27 +174,87 @@ fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
 
 fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
     const NAME: &str = "guarded_with_listener";
-    let listener = match Listener::open() {
-        Ok(l) => l,
-        Err(e) => return Case::fail(NAME, format!("opening a listener: {e}")),
+    let mut recorder = match Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }) {
+        Ok(r) => r,
+        Err(e) => return Case::fail(NAME, format!("opening a recorder: {e}")),
     };
-    let r = run_and_count(kcore, sites, QUIET_SPEC);
-    drop(listener);
-    let ([batches, quiet, guards, kbatches, kquiet, kguards], trapped) = match r {
+    let ran = run_and_count(kcore, sites, QUIET_SPEC);
+    let drain = recorder.drain();
+    drop(recorder);
+    let ran = match ran {
         Ok(x) => x,
         Err(e) => return Case::fail(NAME, e),
     };
+    let [batches, quiet, guards, kbatches, kquiet, kguards] = ran.delta;
     let line = format!(
         "a listener: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
-         batches, {kquiet} quiet, {kguards} guards; {trapped} executions the CPU saw trap"
+         batches, {kquiet} quiet, {kguards} guards; {} executions the CPU saw trap; {} records",
+        ran.trapped,
+        drain.pokes.len()
     );
     log(&format!("listener: {line}"));
-    Case::check(
-        NAME,
-        batches > 0 && kbatches > 0 && quiet == 0 && kquiet == 0 && guards > 0 && kguards > 0,
-        format!("a quiet batch, or no guard, with a listener: {line}"),
-    )
-    .with_log(line)
+    let problem = if drain.lost_events > 0 || !drain.errors.is_empty() {
+        Some(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ))
+    } else if batches == 0 || kbatches == 0 || quiet > 0 || kquiet > 0 {
+        Some("no batch, or a quiet one, with a listener".to_owned())
+    } else if guards == 0 || kguards == 0 || ran.trapped == 0 {
+        Some("no guard written, or no execution trapped, with a listener".to_owned())
+    } else {
+        one_record_per_change(sites, &ran.batches, &drain.pokes)
+            .and_then(|()| {
+                let (base, text) = &ran.kernel_text;
+                kernel_records_chain(*base, text, &drain.pokes)
+            })
+            .err()
+    };
+    match problem {
+        Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+        None => Case::pass(NAME).with_log(line),
+    }
+}
+
+/// Whether `pokes` hold one record at each site per change `batches` list for it.
+fn one_record_per_change(
+    sites: &[Site],
+    batches: &[exerciser::BatchLine],
+    pokes: &[TextPokeRec],
+) -> Result<(), String> {
+    for s in sites {
+        let changes = batches
+            .iter()
+            .flat_map(|b| b.changes.iter())
+            .filter(|(i, _)| *i == s.index)
+            .count();
+        let records = pokes.iter().filter(|p| p.addr == s.addr).count();
+        if records != changes {
+            return Err(format!(
+                "site {} ({:#x}): {records} records for {changes} changes",
+                s.index, s.addr
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the kernel's records in `pokes`, replayed onto `text` (the kernel text from `base`,
+/// read before any of them), chain from it and end as it is: the run leaves the kernel text as
+/// it found it, so an unrecorded change or a record too many shows.
+fn kernel_records_chain(base: u64, text: &[u8], pokes: &[TextPokeRec]) -> Result<(), String> {
+    let mut copy = text.to_vec();
+    replay(base, &mut copy, pokes, 0)?;
+    // arm64 ftrace's ops literals are data, which nobody records.
+    if !is_x86() {
+        kernel_patching::copy_ftrace_literals(&mut copy, text);
+    }
+    match kernel_patching::first_difference(base, text, &copy) {
+        Some(a) => Err(format!(
+            "the kernel's records, replayed onto the text before, end unlike it at {a:#x}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What one listener start saw.
@@ -434,7 +515,20 @@ pub fn one_start(
         Storm::ModuleAndKernel => Some(kernel_storm(stop.clone())),
         Storm::ModuleOnly => None,
     };
-    let flips = std::thread::spawn(|| exerciser::command(&format!("run {STORM_SPEC}")));
+    // With the observer, the exerciser runs its storm again until one whole run began after the
+    // copy, so that every start has executions to judge however long its copy took.
+    let copied = Arc::new(AtomicBool::new(false));
+    let again = watch.is_some();
+    let flips = {
+        let copied = copied.clone();
+        std::thread::spawn(move || loop {
+            let after_copy = copied.load(Ordering::Acquire);
+            exerciser::command(&format!("run {STORM_SPEC}"))?;
+            if !again || after_copy {
+                break Ok(());
+            }
+        })
+    };
     std::thread::sleep(delay);
     // The kernel's storm records thousands of changes; the exerciser's alone, hundreds, in
     // buffers that map fast enough for the seeded defect's window (see `Storm::ModuleOnly`).
@@ -448,7 +542,8 @@ pub fn one_start(
         .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
         .collect();
     let copied_by = monotonic_ns();
-    let ran = flips.join().unwrap_or(Err(-1));
+    copied.store(true, Ordering::Release);
+    let ran: Result<(), i32> = flips.join().unwrap_or(Err(-1));
     let collected = observing.map(|o| o.map(Observer::stop));
     stop.store(true, Ordering::Relaxed);
     let toggles = match kernel {
@@ -711,6 +806,36 @@ mod tests {
         assert!(!unguarded.case().passed());
         let lost = Watch { lost: 1, ..pass };
         assert!(!lost.case().passed());
+    }
+
+    #[test]
+    fn one_record_per_listed_change_site_by_site() {
+        let (site, _) = watched_site();
+        let batch = |to: u8| exerciser::BatchLine {
+            changes: vec![(site.index, to)],
+            ..exerciser::BatchLine::default()
+        };
+        let batches = [batch(1), batch(0)];
+        let sites = std::slice::from_ref(&site);
+        let on = poke(0x100, &[0], &[1], 5);
+        let off = poke(0x100, &[1], &[0], 9);
+        let other = poke(0x200, &[0], &[1], 7);
+        assert!(one_record_per_change(sites, &batches, &[on.clone(), other, off.clone()]).is_ok());
+        // One missing, one too many.
+        assert!(one_record_per_change(sites, &batches, std::slice::from_ref(&on)).is_err());
+        assert!(one_record_per_change(sites, &batches, &[on.clone(), off.clone(), off]).is_err());
+    }
+
+    #[test]
+    fn the_kernel_records_must_chain_from_the_text_before_and_end_as_it() {
+        let text = [0, 0, 7];
+        let there = poke(0x100, &[0], &[1], 5);
+        let back = poke(0x100, &[1], &[0], 9);
+        assert!(kernel_records_chain(0x100, &text, &[there.clone(), back.clone()]).is_ok());
+        // The change back unrecorded: the replay ends unlike the text.
+        assert!(kernel_records_chain(0x100, &text, std::slice::from_ref(&there)).is_err());
+        // The change there unrecorded: the record back does not chain from the text.
+        assert!(kernel_records_chain(0x100, &text, std::slice::from_ref(&back)).is_err());
     }
 
     #[test]
