@@ -855,10 +855,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         let start = clock::now();
         self.text.hold();
         for (e, c) in self.entries.iter().zip(self.conflict.iter_mut()) {
-            if !e.change.parked
-                && !e.change.is_noop()
-                && !holds_guarded(e.addr, &e.change.new)
-            {
+            if !e.change.parked && !e.change.is_noop() && !holds_guarded(e.addr, &e.change.new) {
                 *c = true;
             }
         }
