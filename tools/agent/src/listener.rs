@@ -203,57 +203,16 @@ fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
     } else if guards == 0 || kguards == 0 || ran.trapped == 0 {
         Some("no guard written, or no execution trapped, with a listener".to_owned())
     } else {
-        one_record_per_change(sites, &ran.batches, &drain.pokes)
-            .and_then(|()| {
-                let (base, text) = &ran.kernel_text;
-                kernel_records_chain(*base, text, &drain.pokes)
-            })
+        // The run leaves the kernel text as it found it (`run_and_count`), so the kernel's
+        // records, replayed onto it, must chain from it and end as it is.
+        let (base, text) = &ran.kernel_text;
+        crate::scenario::one_record_per_change(&ran.batches, sites, &drain.pokes)
+            .and_then(|_| checks::replay(*base, text, text, &drain.pokes))
             .err()
     };
     match problem {
         Some(p) => Case::fail(NAME, format!("{p}: {line}")),
         None => Case::pass(NAME).with_log(line),
-    }
-}
-
-/// Whether `pokes` hold one record at each site per change `batches` list for it.
-fn one_record_per_change(
-    sites: &[Site],
-    batches: &[exerciser::BatchLine],
-    pokes: &[TextPokeRec],
-) -> Result<(), String> {
-    for s in sites {
-        let changes = batches
-            .iter()
-            .flat_map(|b| b.changes.iter())
-            .filter(|(i, _)| *i == s.index)
-            .count();
-        let records = pokes.iter().filter(|p| p.addr == s.addr).count();
-        if records != changes {
-            return Err(format!(
-                "site {} ({:#x}): {records} records for {changes} changes",
-                s.index, s.addr
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the kernel's records in `pokes`, replayed onto `text` (the kernel text from `base`,
-/// read before any of them), chain from it and end as it is: the run leaves the kernel text as
-/// it found it, so an unrecorded change or a record too many shows.
-fn kernel_records_chain(base: u64, text: &[u8], pokes: &[TextPokeRec]) -> Result<(), String> {
-    let mut copy = text.to_vec();
-    replay(base, &mut copy, pokes, 0)?;
-    // arm64 ftrace's ops literals are data, which nobody records.
-    if !is_x86() {
-        kernel_patching::copy_ftrace_literals(&mut copy, text);
-    }
-    match kernel_patching::first_difference(base, text, &copy) {
-        Some(a) => Err(format!(
-            "the kernel's records, replayed onto the text before, end unlike it at {a:#x}"
-        )),
-        None => Ok(()),
     }
 }
 
@@ -806,36 +765,6 @@ mod tests {
         assert!(!unguarded.case().passed());
         let lost = Watch { lost: 1, ..pass };
         assert!(!lost.case().passed());
-    }
-
-    #[test]
-    fn one_record_per_listed_change_site_by_site() {
-        let (site, _) = watched_site();
-        let batch = |to: u8| exerciser::BatchLine {
-            changes: vec![(site.index, to)],
-            ..exerciser::BatchLine::default()
-        };
-        let batches = [batch(1), batch(0)];
-        let sites = std::slice::from_ref(&site);
-        let on = poke(0x100, &[0], &[1], 5);
-        let off = poke(0x100, &[1], &[0], 9);
-        let other = poke(0x200, &[0], &[1], 7);
-        assert!(one_record_per_change(sites, &batches, &[on.clone(), other, off.clone()]).is_ok());
-        // One missing, one too many.
-        assert!(one_record_per_change(sites, &batches, std::slice::from_ref(&on)).is_err());
-        assert!(one_record_per_change(sites, &batches, &[on.clone(), off.clone(), off]).is_err());
-    }
-
-    #[test]
-    fn the_kernel_records_must_chain_from_the_text_before_and_end_as_it() {
-        let text = [0, 0, 7];
-        let there = poke(0x100, &[0], &[1], 5);
-        let back = poke(0x100, &[1], &[0], 9);
-        assert!(kernel_records_chain(0x100, &text, &[there.clone(), back.clone()]).is_ok());
-        // The change back unrecorded: the replay ends unlike the text.
-        assert!(kernel_records_chain(0x100, &text, std::slice::from_ref(&there)).is_err());
-        // The change there unrecorded: the record back does not chain from the text.
-        assert!(kernel_records_chain(0x100, &text, std::slice::from_ref(&back)).is_err());
     }
 
     #[test]
