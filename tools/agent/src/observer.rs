@@ -110,9 +110,12 @@ pub struct Verdicts {
     /// with single-step, and an interrupt taken before the stepped instruction runs (a sync's
     /// IPI, for one) makes the breakpoint fire again when it returns.
     pub retriggered: u64,
-    /// The first few violations, described.
+    /// The first few violations ([`EXAMPLES`] at most), described.
     pub examples: Vec<String>,
 }
+
+/// Violations described in [`Verdicts::examples`], at most.
+pub const EXAMPLES: usize = 8;
 
 impl Verdicts {
     /// Executions classified.
@@ -147,7 +150,7 @@ impl Verdicts {
         self.met_guard += other.met_guard;
         self.stray += other.stray;
         self.retriggered += other.retriggered;
-        let room = 8usize.saturating_sub(self.examples.len());
+        let room = EXAMPLES.saturating_sub(self.examples.len());
         self.examples.extend(other.examples.into_iter().take(room));
     }
 }
@@ -243,7 +246,7 @@ pub fn judge(
     let (executions, mut v) = executions(watched, hits, repeat);
     let note = |v: &mut Verdicts, what: String| {
         v.violations += 1;
-        if v.examples.len() < 8 {
+        if v.examples.len() < EXAMPLES {
             v.examples.push(what);
         }
     };
@@ -464,14 +467,13 @@ impl Observer {
                 // No wakeups: the sweep polls. A wakeup is an irq_work, a self-interrupt,
                 // which on arm64 lands between the breakpoint and the instruction the kernel
                 // single-steps over it, so the breakpoint fires again, forever.
-                flags: WATERMARK
-                    | match config.clock {
-                        Clock::Perf => 0,
-                        Clock::Monotonic => perf::attr_flags::USE_CLOCKID,
-                    },
-                clockid: libc::CLOCK_MONOTONIC,
+                flags: WATERMARK,
                 wakeup_events: (OUTPUT_PAGES * 4096) as u32,
                 ..PerfEventAttr::default()
+            };
+            let attr = match config.clock {
+                Clock::Perf => attr,
+                Clock::Monotonic => attr.on_monotonic_clock(),
             };
             let fd = perf::perf_event_open(&attr, -1, cpu as i32, -1, perf::PERF_FLAG_FD_CLOEXEC)
                 .map_err(|e| format!("BPF output event on cpu {cpu}: {e}"))?;

@@ -154,6 +154,14 @@ pub mod mmap_page {
 }
 
 impl PerfEventAttr {
+    /// These attributes with their events' times on `CLOCK_MONOTONIC`, which userspace reads
+    /// too, rather than perf's clock.
+    pub fn on_monotonic_clock(mut self) -> Self {
+        self.flags |= attr_flags::USE_CLOCKID;
+        self.clockid = libc::CLOCK_MONOTONIC;
+        self
+    }
+
     /// The recorder's event: a disabled software dummy event with `text_poke`, `sample_id_all`
     /// and [`SAMPLE_TYPE`], timestamped by the perf clock.
     pub fn text_poke() -> Self {
@@ -652,10 +660,7 @@ impl Recorder {
     /// As [`Recorder::open`], with the records' times on `CLOCK_MONOTONIC`, which userspace
     /// reads too, rather than perf's clock.
     pub fn open_monotonic(config: &RecorderConfig) -> io::Result<Self> {
-        let mut attr = PerfEventAttr::text_poke();
-        attr.flags |= attr_flags::USE_CLOCKID;
-        attr.clockid = libc::CLOCK_MONOTONIC;
-        Self::open_attr(config, attr)
+        Self::open_attr(config, PerfEventAttr::text_poke().on_monotonic_clock())
     }
 
     fn open_attr(config: &RecorderConfig, attr: PerfEventAttr) -> io::Result<Self> {
