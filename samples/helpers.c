@@ -7,7 +7,7 @@
 /*
  * The exerciser's one parameter (the Rust `module!` of 6.12 has none): at most this many sites
  * of each pool are registered, 0 for all. A load registers every site with textpoke; the unload
- * stress (tools/agent/src/stress.rs), which loads the exerciser a hundred times and needs only
+ * stress (tools/agent/src/scenarios/stress.rs), which loads the exerciser a hundred times and needs only
  * a few sites, keeps loads short with it.
  */
 unsigned int textpoke_ex_pool_sites;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * textpoke_keys: module static keys on the kernel's real API, for the checks of textpoke as the
- * kernel's patcher (tools/agent/src/kernel_patching.rs). It knows nothing of textpoke: with
+ * kernel's patcher (tools/agent/src/scenarios/kernel_patching.rs). It knows nothing of textpoke: with
  * textpoke loaded, static_branch_enable() and static_branch_disable() reach it through the
  * patch series (kernel/patcher.rs); without it they take the stock path.
  *

@@ -2,7 +2,7 @@
 /*
  * textpoke_outsider: a module that knows textpoke only through kernel/textpoke.h, and tests it
  * the way an outside user would, including with inputs the header does not list. The guest agent
- * (tools/agent/src/outsider.rs) loads it, reads its verdicts from the kernel log and checks the
+ * (tools/agent/src/scenarios/outsider.rs) loads it, reads its verdicts from the kernel log and checks the
  * text through /proc/kcore.
  *
  * At load, with the address of another module's registered site in `foreign=`:

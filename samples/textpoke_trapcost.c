@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * textpoke_trapcost: what a kprobe hit costs, for the bench's "foreign traps" section
- * (tools/agent/src/trapcost.rs). On x86 every kernel-mode INT3 goes through textpoke's trap
+ * (tools/agent/src/bench/trapcost.rs). On x86 every kernel-mode INT3 goes through textpoke's trap
  * handler before kprobes sees it (patch 0007), so a loaded textpoke may make every kprobe hit
  * dearer; on arm64 kprobes use their own BRK immediates, which never reach textpoke. This
  * module knows nothing of textpoke (no textpoke symbol, no textpoke.h), so the agent can load

@@ -4,10 +4,10 @@
 #   tools/bench.sh [x86_64] [arm64]
 #
 # Builds what the runner plans (`textpoke-runner plan bench`: one boot per arch at -smp 4 with
-# the agent in `bench` mode, tools/agent/src/bench.rs driving samples/textpoke_bench.c) and hands
+# the agent in `bench` mode, tools/agent/src/bench/mod.rs driving samples/textpoke_bench.c) and hands
 # it to the runner, which boots, then prints a table per arch with textpoke's cost relative to
 # the kernel's own mechanisms measured in the same boot (median, interquartile range, ratio with
-# a bootstrap interval: tools/runner/src/bench.rs) and writes the tables, the raw samples and a
+# a bootstrap interval: tools/runner/src/bench/report.rs) and writes the tables, the raw samples and a
 # plot per arch to <run>/bench/bench-<arch>.{md,json,svg}, which this copies to
 # $TEXTPOKE_CACHE/bench/. Under TCG the arm64 boot takes about 20 minutes.
 set -euo pipefail

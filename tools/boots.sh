@@ -5,7 +5,7 @@
 #   tools/boots.sh test-full [x86_64|arm64]     (`make test-full`)
 #
 # What each suite boots, and why, is the runner's plan (`Suite` and `plan` in
-# tools/runner/src/suite.rs):
+# tools/runner/src/plan/manifest.rs):
 #  - test-debug: the guest test suite and the 100-cycle unload stress on the KASAN + lockdep
 #    kernel, per arch at -smp 4, under panic_on_warn;
 #  - test-full: the guest test suite at -smp 2 with all of the kernel's ftracetest directories

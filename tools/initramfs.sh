@@ -45,7 +45,7 @@ usage() {
 	exit 2
 }
 
-# The kernel's own modules the guest suite loads (tools/agent/src/kernel_patching.rs), as paths
+# The kernel's own modules the guest suite loads (tools/agent/src/scenarios/kernel_patching.rs), as paths
 # in its object tree; CONFIG_TEST_STATIC_KEYS=m (tools/kconfig/common.config) builds them.
 KERNEL_KOS=(lib/test_static_key_base.ko lib/test_static_keys.ko)
 

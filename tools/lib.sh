@@ -27,6 +27,23 @@ start_run() {
 # step TEXT: a heading with the seconds since start_run.
 step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 
+# timed LANE NAME COMMAND...: runs COMMAND (a program or a function of the script), then records
+# its wall time and exit status as a stage of the run (`textpoke-runner stage`, which appends to
+# the run directory's stages.jsonl) for the stage table of `textpoke-runner report`. LANE names
+# the part of the script that ran it (`main`, or `host` for the host lane beside it). Returns
+# COMMAND's status; a stage that could not be recorded is said on stderr and leaves the run as
+# it is (the table then lacks that row, and only it).
+timed() {
+	local lane=$1 name=$2 t0 status=0
+	shift 2
+	t0=$(date +%s.%N)
+	"$@" || status=$?
+	"$runner" stage --out "$out" --lane "$lane" --name "$name" --started "$t0" \
+		--ended "$(date +%s.%N)" --status "$status" >&2 ||
+		echo "$(basename "$0"): the stage '$name' could not be recorded" >&2
+	return "$status"
+}
+
 # build_runner: builds textpoke-runner and sets `runner`, or says why not and exits.
 build_runner() {
 	if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then
@@ -60,7 +77,7 @@ build_guests() {
 	for guest in "${needed[@]}"; do
 		read -r arch variant <<<"$guest"
 		[ -z "$each" ] || "$each" "$arch" "$variant"
-		if built=$(tools/guests.sh "$arch" "$variant"); then
+		if built=$(timed main "guest $arch $variant" tools/guests.sh "$arch" "$variant"); then
 			mapfile -t paths <<<"$built"
 			artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
 		else

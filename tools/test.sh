@@ -3,7 +3,7 @@
 #
 #   tools/test.sh [x86_64|arm64]        (both arches by default)
 #
-# The runner owns the plan (tools/runner/src/suite.rs): `textpoke-runner plan test` writes the
+# The runner owns the plan (tools/runner/src/plan/manifest.rs): `textpoke-runner plan test` writes the
 # manifest of every host check and boot this run must report on, and names the guests to build.
 # This script only builds and runs commands; each host check's outcome is recorded with
 # `textpoke-runner record`, each boot's by `textpoke-runner suite`, and the summary fails every
@@ -34,14 +34,15 @@ step "host: the runner"
 build_runner
 plan test "$out"
 
-# Runs check NAME: the command after `--`, its output in NAME.log, its status recorded.
+# Runs check NAME: the command after `--`, its output in NAME.log, its status recorded, its time
+# a stage of the lane `lane` names (`main` unless the caller's lane says otherwise).
 # Returns non-zero if the command failed or its status could not be recorded; the summary
 # counts a check left unrecorded as failed, since the manifest plans it.
 check() {
 	local name=$1 reason=$2
 	shift 3
 	local log=$out/$name.log status=0 recorded=0
-	"$@" >"$log" 2>&1 || status=$?
+	timed "${lane:-main}" "$name" "$@" >"$log" 2>&1 || status=$?
 	local why=$reason
 	[ "$status" -eq 0 ] || why="$reason failed (exit $status): see $log"
 	"$runner" record --out "$out" --name "$name" --status "$status" --reason "$why" --log "$log" ||
@@ -82,6 +83,7 @@ rustfmt_all() {
 }
 # The host lane: every host check, in order.
 host_lane() {
+	local lane=host
 	step "host: cargo test --workspace --release"
 	check host-tests "cargo test --workspace --release" -- host_tests
 	awk '/^test result:/ {p += $4; f += $6} END {printf "host tests: %d passed, %d failed\n", p, f}' \
@@ -117,7 +119,7 @@ host_pid=$!
 declare -A kdir
 for arch in $arches; do
 	step "kernel: $arch (patched)"
-	kdir[$arch]=$(tools/kernel.sh "$arch" | tail -n 1) || kdir[$arch]=
+	kdir[$arch]=$(timed main "kernel $arch" tools/kernel.sh "$arch" | tail -n 1) || kdir[$arch]=
 done
 
 # checkpatch.pl of the kernel source the patches apply to: every patch --strict clean but for
@@ -206,7 +208,7 @@ build_guests guest_step
 
 step "host checks: waiting for them to end"
 host_status=0
-wait "$host_pid" || host_status=$?
+timed main "waiting for the host lane" wait "$host_pid" || host_status=$?
 cat "$host_log"
 if [ "$host_status" -ne 0 ]; then
 	echo "the host lane died (exit $host_status): the checks it did not record count as failed" >&2

@@ -3,7 +3,7 @@
 //! Bad input: each case hands the engine one kind of invalid request through its public API
 //! and returns what the engine answered. The control file turns that into `write()`'s errno;
 //! `Ok` means the engine accepted bad input, which the guest agent reports as a failure. The
-//! agent (tools/agent/src/badinput.rs) knows each case's errno, log line and targets, and
+//! agent (tools/agent/src/scenarios/badinput.rs) knows each case's errno, log line and targets, and
 //! checks that the text is as it was (through `/proc/kcore`).
 
 use super::engine_api::{self, Batch, Op, MAX_BATCH};
@@ -49,7 +49,7 @@ fn guard(len: usize) -> &'static [u8] {
 }
 
 /// Runs bad-input case `name` against the engine; the agent's table of them (errno, log line,
-/// targets) is `expected()` in tools/agent/src/badinput.rs.
+/// targets) is `expected()` in tools/agent/src/scenarios/badinput.rs.
 pub(crate) fn run(shared: &Shared, module: &'static ThisModule, name: &[u8]) -> Result {
     let site = first(shared, PoolKind::Branch)?;
     let other = shared

@@ -83,7 +83,7 @@ impl Spec {
 /// the ftrace group's (from its start), and [`run`] refuses a scenario in which a function
 /// could run its call with its prologue off (the trampoline returns through X9).
 /// The guest agent plans a scenario's per-kind cases from the same list, by name
-/// (tools/agent/src/scenario.rs, `key_kinds`): change both together.
+/// (tools/agent/src/scenarios/scenario.rs, `key_kinds`): change both together.
 #[cfg(CONFIG_X86_64)]
 const KEY_KINDS: &[PoolKind] = &[PoolKind::Branch, PoolKind::ShortBranch, PoolKind::Ret];
 #[cfg(CONFIG_ARM64)]

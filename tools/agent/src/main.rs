@@ -16,81 +16,40 @@
 //! `textpoke_stress`): one document per boot, which the kernel's own KTAP parser reads in full.
 //! Progress goes to the log as `textpoke-agent:` lines. The guest powers off at the end (QEMU
 //! runs with `-no-reboot`).
+//!
+//! The modes are driven from here; what they run lives in two folders, on top of the library
+//! (`textpoke_agent`: `platform`, `oracle`, `report`):
+//!
+//! - [`scenarios`]: the test suite's groups (one scenario and its judgement, the observed
+//!   scenario, bad input, the outsider, the kernel's own suites and patching, hotplug, the
+//!   listener, the negative controls), the unload-stress mode and its faults, and the boot's
+//!   plan of cases;
+//! - [`mod@bench`]: the benchmarks (the flips, the kernel's own patching, the foreign traps'
+//!   cost, retargeting a hardware breakpoint).
 
 use std::path::Path;
 use std::process::ExitCode;
-use textpoke_agent::checks;
-use textpoke_agent::exerciser::{self, Site};
-use textpoke_agent::kcore::Kcore;
-use textpoke_agent::ktap::{Case, Ktap};
-use textpoke_agent::perf::TextPokeRec;
-use textpoke_agent::realperf::Perf;
-use textpoke_agent::sys;
+use textpoke_agent::oracle::checks;
+use textpoke_agent::platform::exerciser::{self, Site};
+use textpoke_agent::platform::guest::{load, log, timed};
+use textpoke_agent::platform::kcore::Kcore;
+use textpoke_agent::platform::perf::TextPokeRec;
+use textpoke_agent::platform::realperf::Perf;
+use textpoke_agent::platform::sys;
+use textpoke_agent::report::document::{load_textpoke, load_textpoke_from, print_document};
+use textpoke_agent::report::ktap::{Case, Ktap};
 
-mod badinput;
 mod bench;
-mod controls;
-mod faults;
-mod hotplug;
-mod kbench;
-mod kernel_patching;
-mod kselftest;
-mod listener;
-mod observed;
-mod outsider;
-mod plan;
-mod retarget;
-mod scenario;
-mod stress;
-mod trapcost;
+mod scenarios;
 
-use scenario::{region, Evidence};
+use scenarios::scenario::{self, region, Evidence, SCENARIOS};
+use scenarios::{
+    badinput, controls, hotplug, kernel_patching, kselftest, listener, observed, outsider, plan,
+    stress,
+};
 
-/// Where the initramfs keeps the modules (tools/initramfs.sh).
-pub const MODULES: &str = "/lib/textpoke";
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
 const RUN_SUBCOMMAND: &str = "exerciser-run";
-
-/// Writes a progress line to the kernel log.
-pub fn log(msg: &str) {
-    let line = format!("textpoke-agent: {msg}\n");
-    // The kernel log serializes our lines with the kernel's; stdout would interleave mid-line.
-    if sys::write_file("/dev/kmsg", line.as_bytes()).is_err() {
-        print!("{line}");
-    }
-}
-
-/// Whether the guest is x86-64.
-pub fn is_x86() -> bool {
-    cfg!(target_arch = "x86_64")
-}
-
-/// Loads `MODULES/<name>.ko` (`name` may be a path below `MODULES`).
-pub fn load(name: &str, params: &str) -> Result<(), String> {
-    let path = format!("{MODULES}/{name}.ko");
-    sys::load_module(&path, params).map_err(|e| format!("loading {path}: {e}"))
-}
-
-/// Loads textpoke; returns how that went and its self-test suite, read from the log lines the
-/// load printed (there are some even when the self-test refused the load).
-fn load_textpoke(params: &str) -> (Result<(), String>, Case) {
-    load_textpoke_from("textpoke", params)
-}
-
-/// As [`load_textpoke`], from `MODULES/<path>.ko`.
-fn load_textpoke_from(path: &str, params: &str) -> (Result<(), String>, Case) {
-    let cursor = sys::dmesg_cursor().unwrap_or_default();
-    let loaded = load(path, params);
-    let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
-    (loaded, textpoke_agent::ktap::selftest_suite(&lines))
-}
-
-/// Prints the boot's one KTAP document: the self-test's suite, then this mode's.
-fn print_document(ktap: &mut Ktap, selftest: Case, suite: &str, cases: Vec<Case>) {
-    if let Err(e) = ktap.print_suites(&[selftest, Case::group(suite, cases)]) {
-        log(&format!("KTAP output failed: {e}"));
-    }
-}
 
 /// [`print_document`], with the mode's cases held to the boot's plan (see [`plan::Plan`]).
 fn print_planned(
@@ -205,33 +164,6 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
     out
 }
 
-/// The scenarios of the test suite, and the trapped executions each wants of every guarded
-/// kind (or of all together: [`scenario::TrapsWanted::for_spec`]). Sizes are chosen for single-threaded TCG, where every all-CPU sync waits for each
-/// vCPU's turn: enough batches for hundreds of trapped executions of every kind in the first,
-/// few enough to finish in seconds.
-///
-/// Each flips its keys an odd number of times, so that the text after differs from the text
-/// before and the kcore replay has something to prove. Between them they change every kind of
-/// site the arch's pools have (a unit test in scenario.rs holds them to it).
-pub const SCENARIOS: &[(&str, &str, u64)] = &[
-    (
-        "scenario_one_poker",
-        "keys=6 sites=8 ftrace=16 flips=5 pokers=1",
-        MIN_TRAPPED_ONE_POKER,
-    ),
-    (
-        "scenario_concurrent_pokers",
-        "keys=9 sites=4 ftrace=8 flips=5 pokers=3",
-        1,
-    ),
-];
-
-/// Trapped executions `scenario_one_poker` wants of every guarded kind: README.md says
-/// hundreds, and a guarded window hit only now and then would leave the trap path barely
-/// tried. A fifth of the fewest the boots see (arm64 at two CPUs, as the CPU tells traps), so
-/// that a slow vCPU schedule does not fail it.
-const MIN_TRAPPED_ONE_POKER: u64 = 100;
-
 fn test_suite(ktap: &mut Ktap) {
     let controls = sys::cmdline_param("textpoke.controls").as_deref() != Some("0");
     // The kernel's own suites (`textpoke.kselftest=1`: the boots the runner plans them for).
@@ -242,8 +174,8 @@ fn test_suite(ktap: &mut Ktap) {
     }
     let mut cases = Vec::new();
     // On the stock path first, before textpoke is ever loaded.
-    let kernel_suites = suites.then(kselftest::stock);
-    let (loaded, selftest) = load_textpoke("");
+    let kernel_suites = suites.then(|| timed("kernel_suites_stock", kselftest::stock));
+    let (loaded, selftest) = timed("load_textpoke", || load_textpoke(""));
     cases.push(Case::check(
         "load_textpoke",
         loaded.is_ok(),
@@ -257,7 +189,7 @@ fn test_suite(ktap: &mut Ktap) {
             cases.push(Case::pass("sites_listed").with_log(format!("{} sites", sites.len())));
             // A listener for the whole suite, as on a traced machine: textpoke guards and
             // records. The listener group closes it for its own checks.
-            let mut listening = match textpoke_agent::perf::Listener::open() {
+            let mut listening = match textpoke_agent::platform::perf::Listener::open() {
                 Ok(l) => Some(l),
                 Err(e) => {
                     log(&format!("opening the suite's listener: {e}"));
@@ -266,28 +198,36 @@ fn test_suite(ktap: &mut Ktap) {
             };
             let cpus = sys::online_cpus().map_or(0, |c| c.len());
             for (name, spec, min_trapped) in SCENARIOS {
-                cases.push(match scenario::Shape::parse(spec) {
+                cases.push(timed(name, || match scenario::Shape::parse(spec) {
                     Ok(shape) => {
                         let traps = scenario::TrapsWanted::for_spec(*min_trapped, &shape, cpus);
                         scenario::case(name, spec, &shape, traps, &sites, &kcore)
                     }
                     Err(e) => Case::fail(*name, e),
-                });
+                }));
             }
-            cases.push(observed::case(&sites, &kcore));
-            cases.extend(real_perf_cases(SCENARIOS[0].1, &sites, &kcore));
-            cases.push(badinput::cases(&sites, &kcore));
-            cases.push(outsider::cases(&sites, &kcore));
+            cases.push(timed("scenario_observed", || {
+                observed::case(&sites, &kcore)
+            }));
+            cases.extend(timed("real_perf", || {
+                real_perf_cases(SCENARIOS[0].1, &sites, &kcore)
+            }));
+            cases.push(timed("bad_input", || badinput::cases(&sites, &kcore)));
+            cases.push(timed("outsider", || outsider::cases(&sites, &kcore)));
             if let Some(stock) = &kernel_suites {
-                cases.push(kselftest::with_textpoke(stock, &kcore));
+                cases.push(timed("kernel_suites", || {
+                    kselftest::with_textpoke(stock, &kcore)
+                }));
             }
-            cases.push(kernel_patching::cases(&kcore));
-            cases.push(hotplug::cases(&sites, &kcore));
-            cases.push(listener::cases(&sites, &kcore, &mut listening));
+            cases.push(timed("kernel_patching", || kernel_patching::cases(&kcore)));
+            cases.push(timed("cpu_hotplug", || hotplug::cases(&sites, &kcore)));
+            cases.push(timed("listener", || {
+                listener::cases(&sites, &kcore, &mut listening)
+            }));
             if controls {
                 // Each control records, or runs with nobody listening on purpose.
                 listening = None;
-                cases.push(controls::cases(&kcore));
+                cases.push(timed("negative_controls", || controls::cases(&kcore)));
             }
             drop(listening);
             let unloaded = sys::unload_module("textpoke_exerciser");
@@ -305,7 +245,9 @@ fn test_suite(ktap: &mut Ktap) {
                 unloaded.is_ok(),
                 format!("{unloaded:?}"),
             ));
-            cases.push(kernel_patching::stock_cases(&kcore));
+            cases.push(timed("stock_after_unload", || {
+                kernel_patching::stock_cases(&kcore)
+            }));
         }
         Err(e) => cases.push(Case::fail("sites_listed", e)),
     }

@@ -36,7 +36,7 @@
 //!
 //! When the patcher and every listener are done, the text must hold every batch's new
 //! instructions, and each listener that did not close replays its records onto its copy exactly
-//! as the guest's `replay` (tools/agent/src/listener.rs) does: in time order, a record applies
+//! as the guest's `replay` (tools/agent/src/scenarios/listener.rs) does: in time order, a record applies
 //! if the copy holds its old bytes or a guard, is accepted without change if the copy already
 //! holds its new bytes and the record was timed no later than the copy, and is a disagreement
 //! otherwise; the replayed copy must equal the text.
@@ -664,7 +664,7 @@ impl Explorer<'_> {
         true
     }
 
-    /// The guest's replay (tools/agent/src/listener.rs `replay`), onto a copy of the sites.
+    /// The guest's replay (tools/agent/src/scenarios/listener.rs `replay`), onto a copy of the sites.
     fn replay(
         &mut self,
         copy: &[Vec<u8>],

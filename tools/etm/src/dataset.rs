@@ -1,6 +1,6 @@
 //! A boot's observed executions, as the guest agent prints them and the host reads them back.
 //!
-//! The breakpoint observer (tools/agent/src/observer.rs) knows, for thousands of executions of
+//! The breakpoint observer (tools/agent/src/oracle/observer.rs) knows, for thousands of executions of
 //! a few branch sites per boot, which path each CPU took and when, from the CPU's debug unit
 //! and the text read at the hit, and perf delivered the `PERF_RECORD_TEXT_POKE` records of the
 //! same sites. [`crate::observed`] turns that into a CoreSight trace whose truth is known. This
@@ -29,7 +29,7 @@ pub const PREFIX: &str = "textpoke-etm: ";
 pub const EXECS_PER_LINE: usize = 48;
 
 /// A watched branch site: where it is, its two instructions, where each path goes. The
-/// observer watches these (tools/agent/src/observer.rs).
+/// observer watches these (tools/agent/src/oracle/observer.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Watched {
     /// The exerciser's index of the site.

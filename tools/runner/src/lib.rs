@@ -2,28 +2,25 @@
 //! results they print on the serial console, looks for kernel splats, and turns all that into
 //! a verdict per boot and a summary over many.
 //!
+//! The modules are grouped by role, in layers that use those below them:
+//!
+//! - [`platform`]: driving QEMU (its command line, running a guest, how it ended).
+//! - [`judge`]: the oracles (the KTAP parser, kernel splats, verdicts, a module's trap path).
+//! - [`rundir`]: the run directory (the one place that names its files) and the per-boot report
+//!   boots and host checks leave in it.
+//! - [`plan`]: what runs (the boots of each make target, the manifest, running them).
+//! - [`bench`](mod@bench): the bench report's sections, statistics and plot, composed per arch.
+//! - [`report`]: a finished run read back (the summary against the manifest, the Markdown
+//!   results block, where the time went).
+//!
 //! The binary `textpoke-runner` is a thin command-line layer over these modules.
 
 pub mod bench;
-pub mod breakdown;
-pub mod flips;
-pub mod gaps;
 pub mod judge;
-pub mod kbench;
-pub mod ktap;
-pub mod qemu;
+pub mod plan;
+pub mod platform;
 pub mod report;
-pub mod results;
-pub mod retarget;
 pub mod rundir;
-pub mod section;
-pub mod splat;
-pub mod stats;
-pub mod suite;
-pub mod summary;
-pub mod svg;
-pub mod trapcost;
-pub mod trappath;
 
 /// Prefix of the lines the runner itself writes into a console log (the command line, QEMU's
 /// stderr, how QEMU ended). Analysis skips them, so they can quote anything.

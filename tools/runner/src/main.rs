@@ -2,19 +2,23 @@
 //! guest under QEMU and judges it (`boot`), summarises a run directory (`summary`), reports the
 //! benchmarks of one (`bench-report`), renders a finished one's results for the docs
 //! (`report`), or judges a saved console log (`parse`).
+//!
+//! Each subcommand is a few lines over the library, by its role folders: `plan`, `suite`,
+//! `record` and `boot` over `plan/` (the manifest and running its boots), `summary` and
+//! `report` over `report/`, `bench-report` over `bench/`, `parse` and `trap-path` over `judge/`,
+//! and `etm-observed` over the textpoke-etm crate; QEMU itself is `platform/`'s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use textpoke_runner::judge::{self, Judgement, Outcome, Verdict};
-use textpoke_runner::ktap::Status;
-use textpoke_runner::qemu::Arch;
-use textpoke_runner::report;
-use textpoke_runner::suite::{
-    self, Artifact, Echo, Manifest, PlannedBoot, RunOptions, Suite, Variant,
-};
-use textpoke_runner::summary;
+use textpoke_runner::judge::ktap::Status;
+use textpoke_runner::judge::verdict::{self, Judgement, Verdict};
+use textpoke_runner::plan::manifest::{self, Manifest, PlannedBoot, Suite, Variant};
+use textpoke_runner::plan::run::{self, Artifact, Echo, RunOptions};
+use textpoke_runner::platform::qemu::{Arch, Outcome};
+use textpoke_runner::report::summary;
+use textpoke_runner::rundir::boot_report;
 
 #[derive(Parser)]
 #[command(
@@ -81,6 +85,28 @@ enum Cmd {
         #[arg(long, default_value = "")]
         log: String,
     },
+    /// Record a timed stage of a run (tools/lib.sh's `timed`): appends it to DIR/stages.jsonl,
+    /// which the stage table of `report` reads.
+    Stage {
+        /// The run directory.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The script's lane that ran it (`main`, `host`).
+        #[arg(long)]
+        lane: String,
+        /// What ran.
+        #[arg(long)]
+        name: String,
+        /// When it started, in seconds since the Unix epoch (`date +%s.%N`).
+        #[arg(long)]
+        started: f64,
+        /// When it ended, likewise.
+        #[arg(long)]
+        ended: f64,
+        /// Its exit status.
+        #[arg(long)]
+        status: i32,
+    },
     /// Check that a built textpoke.ko's trap path calls nothing a kprobe could be placed on;
     /// print its functions, one per line.
     TrapPath {
@@ -121,9 +147,12 @@ enum Cmd {
     /// Render a finished run directory's results as Markdown, for the README and docs.
     ///
     /// A row per boot and per check, `N passed, M failed`, the wall time, and the bench
-    /// report's ratios if there is one. Prints it, or with --readme/--results puts it between the
-    /// lines `<!-- textpoke-runner report: begin -->` and `<!-- textpoke-runner report: end -->`
-    /// of those files instead; a file without them is an error, and then no file is changed.
+    /// report's ratios if there is one; then where the time went: the scripts' stages and the
+    /// boots on one time line, and the seconds of each group of the agent's document per boot.
+    /// Prints it, or with --readme/--results puts it between the lines
+    /// `<!-- textpoke-runner report: begin -->` and `<!-- textpoke-runner report: end -->` of
+    /// those files instead (the README without the time tables); a file without them is an
+    /// error, and then no file is changed.
     Report {
         /// The run directory (with its manifest.json).
         dir: PathBuf,
@@ -233,12 +262,31 @@ fn main() -> ExitCode {
             status,
             reason,
             log,
-        } => suite::record(&out, &name, status == 0, &reason, &log)
+        } => run::record(&out, &name, status == 0, &reason, &log)
             .map(|r| {
-                println!("{}", suite::summary_line(&r));
+                println!("{}", run::summary_line(&r));
                 true
             })
             .map_err(Into::into),
+        Cmd::Stage {
+            out,
+            lane,
+            name,
+            started,
+            ended,
+            status,
+        } => textpoke_runner::rundir::stages::append(
+            &out,
+            &textpoke_runner::rundir::stages::Stage {
+                name,
+                lane,
+                started,
+                seconds: ended - started,
+                status,
+            },
+        )
+        .map(|()| true)
+        .map_err(Into::into),
         Cmd::TrapPath { ko } => trap_path(&ko),
         Cmd::EtmObserved { log, work } => etm_observed(&log, &work),
         Cmd::Boot(args) => boot(args),
@@ -276,7 +324,7 @@ fn plan(suite: Suite, arches: Vec<Arch>, out: &std::path::Path) -> Result<bool> 
     } else {
         arches
     };
-    let manifest = suite::plan(suite, &arches);
+    let manifest = manifest::plan(suite, &arches);
     manifest.write(out)?;
     for (arch, variant) in manifest.artifacts() {
         println!("{arch} {variant}");
@@ -291,7 +339,7 @@ fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -
             out.display()
         )
     })?;
-    let results = suite::run(&manifest, artifacts, out, opts);
+    let results = run::run(&manifest, artifacts, out, opts);
     let mut ok = true;
     for (name, r) in &results {
         match r {
@@ -311,7 +359,7 @@ fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -
             let log = std::fs::read_to_string(&report.log).unwrap_or_default();
             println!("\n-- {}: what the demo did", report.arch);
             for line in log.lines() {
-                let line = textpoke_runner::ktap::strip_console_prefix(line);
+                let line = textpoke_runner::judge::ktap::strip_console_prefix(line);
                 if let Some(rest) = line.strip_prefix("textpoke-agent: demo ") {
                     println!("   {rest}");
                 }
@@ -331,11 +379,14 @@ fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -
 /// Prints the bench tables of the run directory `dir` and writes them, the samples and the
 /// plots to `to` (by default DIR/bench).
 fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<()> {
-    let reports = textpoke_runner::bench::read_dir(dir)?;
-    let to = to.map_or_else(|| textpoke_runner::rundir::bench_dir(dir), Into::into);
-    let written = textpoke_runner::bench::write(&reports, &to)?;
+    let reports = textpoke_runner::bench::report::read_dir(dir)?;
+    let to = to.map_or_else(
+        || textpoke_runner::rundir::layout::bench_dir(dir),
+        Into::into,
+    );
+    let written = textpoke_runner::bench::report::write(&reports, &to)?;
     for r in &reports {
-        println!("\n{}", textpoke_runner::bench::markdown(r));
+        println!("\n{}", textpoke_runner::bench::report::markdown(r));
         for s in &r.flips.sources {
             for p in &s.problems {
                 eprintln!("textpoke-runner: {}: unreadable sample: {p}", s.log);
@@ -356,22 +407,34 @@ fn report_results(
     readme: Option<&std::path::Path>,
     results: Option<&std::path::Path>,
 ) -> Result<()> {
-    let run = textpoke_runner::results::read(dir, bench)?;
-    let block = textpoke_runner::results::markdown(&run);
-    let files: Vec<&std::path::Path> = readme.into_iter().chain(results).collect();
-    if files.is_empty() {
-        print!("{block}");
+    use textpoke_runner::report::{results as block, times};
+    let run = block::read(dir, bench)?;
+    let summary = block::markdown(&run);
+    // The README takes the results; the results document, and the printout, also where the
+    // time went.
+    let timed = times::markdown(&times::read(dir, &run.entries)?);
+    let full = if timed.is_empty() {
+        summary.clone()
+    } else {
+        format!("{summary}\n{timed}")
+    };
+    if readme.is_none() && results.is_none() {
+        print!("{full}");
         return Ok(());
     }
-    textpoke_runner::results::update_files(&files, &block)?;
-    for f in files {
+    let files: Vec<(&std::path::Path, &str)> = [(readme, summary.as_str()), (results, &full)]
+        .into_iter()
+        .filter_map(|(f, text)| Some((f?, text)))
+        .collect();
+    block::update_files(&files)?;
+    for (f, _) in files {
         println!("updated {}", f.display());
     }
     Ok(())
 }
 
 fn trap_path(ko: &std::path::Path) -> Result<bool> {
-    let t = textpoke_runner::trappath::read(ko)?;
+    let t = textpoke_runner::judge::trappath::read(ko)?;
     for f in t.reachable() {
         println!("{f}");
     }
@@ -390,7 +453,7 @@ fn trap_path(ko: &std::path::Path) -> Result<bool> {
 }
 
 /// Executions the arm64 boot's trace must hold: as many as the observer must classify
-/// (tools/agent/src/observed.rs, `MIN_CLASSIFIED`).
+/// (tools/agent/src/scenarios/observed.rs, `MIN_CLASSIFIED`).
 const ETM_MIN_TRACED: usize = 1000;
 
 fn etm_observed(log: &std::path::Path, work: &std::path::Path) -> Result<bool> {
@@ -473,7 +536,7 @@ fn boot(args: BootArgs) -> Result<bool> {
     } else {
         Echo::Results
     };
-    let report = suite::boot(
+    let report = run::boot(
         &planned,
         &artifact,
         &args.out,
@@ -481,7 +544,7 @@ fn boot(args: BootArgs) -> Result<bool> {
         args.mttcg,
         echo,
     )?;
-    println!("{}", suite::summary_line(&report));
+    println!("{}", run::summary_line(&report));
     Ok(report.ok)
 }
 
@@ -492,11 +555,11 @@ fn summary(dir: &std::path::Path) -> Result<bool> {
             "{} has no {}: nothing was planned there, so nothing can be judged \
              (`textpoke-runner plan` writes it)",
             dir.display(),
-            textpoke_runner::rundir::MANIFEST
+            textpoke_runner::rundir::layout::MANIFEST
         )
     })?;
     let entries =
-        report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        boot_report::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let (text, ok) = summary::summary(&entries, &manifest.expected_reports());
     print!("{text}");
     Ok(ok)
@@ -506,9 +569,9 @@ fn parse(path: &std::path::Path, expect: &Expectation) -> Result<bool> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let log = String::from_utf8_lossy(&bytes);
     let outcome = Outcome::from_log(&log);
-    let judgement = judge::judge(&log, &outcome, &expect.require);
+    let judgement = verdict::judge(&log, &outcome, &expect.require);
     print_judgement(&judgement, &outcome);
-    let (ok, reason) = judge::check(
+    let (ok, reason) = verdict::check(
         &judgement,
         &log,
         expect.expect,

@@ -1,0 +1,818 @@
+//! Whether a tracer listens: textpoke guards and records only when one does (patch 0011,
+//! docs/protocol.md "When nobody listens"), and one that arrives in the middle of changes still
+//! gets a copy of the text that its records keep right.
+//!
+//! The rest of the suite runs with a listener that records nothing ([`Listener`]), as a traced
+//! machine would; this group closes it and checks:
+//!
+//! - `quiet_without_listener`: a scenario and a function-tracer toggle with nobody listening.
+//!   Every batch is quiet; on arm64 none writes a guard and no execution traps (the CPU's own
+//!   word: the stack mark of each logged execution), on x86 the guards stay; either way the text
+//!   ends as the last commit left it (kcore), and the tracer's toggle leaves the kernel text as it
+//!   was.
+//! - `guarded_with_listener`: the same with a recorder listening: no quiet batch, guards on both
+//!   arches, executions the CPU saw trap, one record per change the exerciser's batches list
+//!   (site by site), and the kernel's records, replayed onto the kernel text read before, chain
+//!   from it and end as the text is.
+//! - `listener_mid_storm`: flips of the exerciser's keys and ftrace sites, function-tracer
+//!   toggles and `sched_schedstats` flips run with nobody listening; at one of [`STARTS`] points
+//!   a recorder opens (the listener appears), copies the text through kcore and collects records
+//!   until the storm ends. Its copy, with each record replayed in time order, must agree with
+//!   every record's old bytes (or already hold its new ones, if the copy was read after the
+//!   change: records timed before the copy's end only) and end equal to the text. A batch that
+//!   decided "nobody listens" and wrote after the copy without a record breaks one or the other.
+//! - `listener_mid_storm_observed`: over the same starts the breakpoint observer
+//!   (textpoke_agent::oracle::observer) watches the exerciser's first branch sites, which the storm
+//!   flips, and judges every execution after each listener's copy against that listener's
+//!   records alone, with the copy for a site it has none of: no violation. The storm's flips go
+//!   on until one whole run of them began after the copy. Executions between
+//!   the listener's start and its copy are not judged: a decoder has only the copy for them,
+//!   which may hold a change recorded after the start already (as `perf record --kcore`
+//!   copies after it enables its events), and an execution that passed its site before a
+//!   batch that decided "nobody listens" and finished before the start can reach its path's
+//!   breakpoint after the start.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use textpoke_agent::oracle::checks;
+use textpoke_agent::oracle::observer::{self, Clock, Collected, Observer, Verdicts, Watched};
+use textpoke_agent::platform::exerciser::{self, Site};
+use textpoke_agent::platform::guest::{is_x86, log};
+use textpoke_agent::platform::kcore::Kcore;
+use textpoke_agent::platform::perf::{Listener, Recorder, RecorderConfig, TextPokeRec};
+use textpoke_agent::report::ktap::Case;
+
+use crate::scenarios::kernel_patching::{self, kernel_text};
+use crate::scenarios::scenario::{engine_stats, region};
+
+/// How every failure of the check on the listener's copy (its kcore snapshot and the records
+/// after it, against the text) names it: the handshake control is caught only by those.
+pub const COPY: &str = "the listener's copy";
+
+/// The scenario without a listener.
+const QUIET_SPEC: &str = "keys=4 sites=4 ftrace=8 flips=3 pokers=1";
+/// The storm's scenario: long enough to be under way at every start.
+const STORM_SPEC: &str = "keys=6 sites=4 ftrace=8 flips=9 pokers=2";
+/// Listener starts per boot, spread over the storm.
+pub const STARTS: usize = 6;
+/// The function tracer's filter during the storm and the quiet toggle.
+const FILTER: &str = "vfs_read vfs_write";
+
+/// textpoke's counter `key`.
+fn stat(key: &str) -> Result<u64, String> {
+    exerciser::number(&engine_stats()?, key)
+}
+
+/// The counters the checks compare, before and after.
+fn counters() -> Result<[u64; 6], String> {
+    Ok([
+        stat("batches")?,
+        stat("quiet")?,
+        stat("guards")?,
+        stat("kernel.batches")?,
+        stat("kernel.quiet")?,
+        stat("kernel.guards")?,
+    ])
+}
+
+/// What [`run_and_count`] saw.
+struct Ran {
+    /// textpoke's counters' deltas ([`counters`]).
+    delta: [u64; 6],
+    /// Executions the CPU saw trap.
+    trapped: usize,
+    /// The kernel text before the run (which it ends as), and where it starts.
+    kernel_text: (u64, Vec<u8>),
+    /// The exerciser's batches.
+    batches: Vec<exerciser::BatchLine>,
+}
+
+/// Runs the exerciser's scenario `spec` and the function tracer on and off, and returns what it
+/// saw, or any failure.
+fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<Ran, String> {
+    let (base, len) = kernel_text()?;
+    let before_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    let before = counters()?;
+    exerciser::command(&format!("run {spec}")).map_err(|e| format!("run {spec}: errno {e}"))?;
+    kernel_patching::filter(FILTER)?;
+    kernel_patching::tracer("function")?;
+    kernel_patching::tracer("nop")?;
+    kernel_patching::filter("")?;
+    let after = counters()?;
+    let after_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    if let Some(a) = kernel_patching::first_difference(base, &before_text, &after_text) {
+        return Err(format!(
+            "the tracer's toggle left the kernel text changed at {a:#x}"
+        ));
+    }
+    // Every site as its last batch left it (one poker: the batches are listed in commit order).
+    let batches = exerciser::batches()?;
+    for s in sites {
+        let last = batches
+            .iter()
+            .flat_map(|b| b.changes.iter())
+            .rfind(|(i, _)| *i == s.index);
+        if let Some(&(_, to)) = last {
+            let want = if to == 1 { &s.on } else { &s.off };
+            let now = kcore
+                .read(s.addr, s.len)
+                .map_err(|e| format!("kcore at {:#x}: {e}", s.addr))?;
+            if now != *want {
+                return Err(format!(
+                    "site {} holds {now:02x?}, its last batch wrote {want:02x?}",
+                    s.index
+                ));
+            }
+        }
+    }
+    let trapped = exerciser::executions()
+        .map_err(|e| format!("executions: {e}"))?
+        .iter()
+        .filter(|e| e.cpu_trapped())
+        .count();
+    let mut delta = [0; 6];
+    for (d, (a, b)) in delta.iter_mut().zip(after.iter().zip(before.iter())) {
+        *d = a.saturating_sub(*b);
+    }
+    Ok(Ran {
+        delta,
+        trapped,
+        kernel_text: (base, before_text),
+        batches,
+    })
+}
+
+fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
+    const NAME: &str = "quiet_without_listener";
+    let (d, trapped) = match run_and_count(kcore, sites, QUIET_SPEC) {
+        Ok(ran) => (ran.delta, ran.trapped),
+        Err(e) => return Case::fail(NAME, e),
+    };
+    let [batches, quiet, guards, kbatches, kquiet, kguards] = d;
+    let line = format!(
+        "nobody listening: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
+         batches, {kquiet} quiet, {kguards} guards; {trapped} executions the CPU saw trap"
+    );
+    log(&format!("listener: {line}"));
+    let problem = if batches == 0 || kbatches == 0 {
+        Some("no batch committed".to_owned())
+    } else if quiet != batches || kquiet != kbatches {
+        Some("a batch was guarded with nobody listening".to_owned())
+    } else if !is_x86() && (guards > 0 || kguards > 0 || trapped > 0) {
+        Some("arm64 wrote a guard, or an execution trapped, with nobody listening".to_owned())
+    } else if is_x86() && guards == 0 {
+        Some("x86 wrote no guard: its quiet batches must keep them".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+        None => Case::pass(NAME).with_log(line),
+    }
+}
+
+fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
+    const NAME: &str = "guarded_with_listener";
+    let mut recorder = match Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }) {
+        Ok(r) => r,
+        Err(e) => return Case::fail(NAME, format!("opening a recorder: {e}")),
+    };
+    let ran = run_and_count(kcore, sites, QUIET_SPEC);
+    let drain = recorder.drain();
+    drop(recorder);
+    let ran = match ran {
+        Ok(x) => x,
+        Err(e) => return Case::fail(NAME, e),
+    };
+    let [batches, quiet, guards, kbatches, kquiet, kguards] = ran.delta;
+    let line = format!(
+        "a listener: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
+         batches, {kquiet} quiet, {kguards} guards; {} executions the CPU saw trap; {} records",
+        ran.trapped,
+        drain.pokes.len()
+    );
+    log(&format!("listener: {line}"));
+    let problem = if drain.lost_events > 0 || !drain.errors.is_empty() {
+        Some(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ))
+    } else if batches == 0 || kbatches == 0 || quiet > 0 || kquiet > 0 {
+        Some("no batch, or a quiet one, with a listener".to_owned())
+    } else if guards == 0 || kguards == 0 || ran.trapped == 0 {
+        Some("no guard written, or no execution trapped, with a listener".to_owned())
+    } else {
+        // The run leaves the kernel text as it found it (`run_and_count`), so the kernel's
+        // records, replayed onto it, must chain from it and end as it is.
+        let (base, text) = &ran.kernel_text;
+        crate::scenarios::scenario::one_record_per_change(&ran.batches, sites, &drain.pokes)
+            .and_then(|_| checks::replay(*base, text, text, &drain.pokes))
+            .err()
+    };
+    match problem {
+        Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+        None => Case::pass(NAME).with_log(line),
+    }
+}
+
+/// What one listener start saw.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// Records replayed onto the copy.
+    pub replayed: usize,
+    /// Records the copy already held when it was read.
+    pub already: usize,
+}
+
+/// Replays `pokes` (time order, on `CLOCK_MONOTONIC`) onto `copy`, a copy of `[base, base +
+/// copy.len())` read before `copied_by`, site by site. A site's copy was read at one moment, so it
+/// holds the text as some number `k` of the site's records left it (the first record's old bytes
+/// for none), where each of those `k` was timed before `copied_by`, or it holds the guard of the
+/// `k`-th change under way. From there on every record's old bytes must be what the replay left,
+/// a chain with no unrecorded change in it.
+pub fn replay(
+    base: u64,
+    copy: &mut [u8],
+    pokes: &[TextPokeRec],
+    copied_by: u64,
+) -> Result<Start, String> {
+    let mut s = Start::default();
+    // The sites in the copy, each with its records in time order.
+    let mut sites: std::collections::BTreeMap<(usize, usize), Vec<&TextPokeRec>> =
+        std::collections::BTreeMap::new();
+    for p in pokes {
+        let Some(off) = p
+            .addr
+            .checked_sub(base)
+            .and_then(|o| usize::try_from(o).ok())
+        else {
+            continue;
+        };
+        if copy.get(off..off.saturating_add(p.new.len())).is_some() {
+            sites.entry((off, p.new.len())).or_default().push(p);
+        }
+    }
+    for ((off, len), recs) in sites {
+        let at = &mut copy[off..off + len];
+        let states = std::iter::once(&recs[0].old).chain(recs.iter().map(|r| &r.new));
+        // How many of the records the copy holds already: only records timed before the copy
+        // was done can be in it.
+        let timed_before = recs.iter().take_while(|r| r.time <= copied_by).count();
+        let k = states
+            .take(timed_before + 1)
+            .enumerate()
+            .find(|(k, state)| *at == ***state || (*k < recs.len() && is_guard(at)))
+            .map(|(k, _)| k)
+            .ok_or_else(|| {
+                format!(
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but \
+                     {COPY} holds {at:02x?}, no text that record or one before it \
+                     left there",
+                    recs[0].addr, recs[0].time, recs[0].old, recs[0].new
+                )
+            })?;
+        s.already += k;
+        for (j, r) in recs.iter().enumerate().skip(k) {
+            // A guard in the copy: it was read while the site's guarded change was under way,
+            // and this record completes it.
+            if *at != *r.old && !(j == k && is_guard(at)) {
+                return Err(format!(
+                    "the record at {:#x} (time {}) changes {:02x?} to {:02x?}, but \
+                     {COPY} with the records before it holds {at:02x?}",
+                    r.addr, r.time, r.old, r.new
+                ));
+            }
+            at.copy_from_slice(&r.new);
+            s.replayed += 1;
+        }
+    }
+    Ok(s)
+}
+
+/// Whether `bytes` begin with textpoke's guard (x86 `INT3`, arm64 `BRK #0x008`).
+fn is_guard(bytes: &[u8]) -> bool {
+    if is_x86() {
+        bytes.first() == Some(&0xcc)
+    } else {
+        bytes.get(..4) == Some(&0xd420_0100u32.to_le_bytes()[..])
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Toggles the function tracer and `sched_schedstats` until `stop`.
+fn kernel_storm(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<usize, String>> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        kernel_patching::filter(FILTER)?;
+        while !stop.load(Ordering::Relaxed) {
+            kernel_patching::tracer("function")?;
+            kernel_patching::write("/proc/sys/kernel/sched_schedstats", "1")?;
+            kernel_patching::tracer("nop")?;
+            kernel_patching::write("/proc/sys/kernel/sched_schedstats", "0")?;
+            n += 1;
+        }
+        kernel_patching::filter("")?;
+        Ok(n)
+    })
+}
+
+/// What a storm is made of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Storm {
+    /// The exerciser's flips and the kernel's own changes (function tracer, `sched_schedstats`).
+    ModuleAndKernel,
+    /// The exerciser's flips alone. The handshake control's: the kernel's updates hold
+    /// `text_mutex` for a whole function-tracer toggle, and a listener's count waits behind
+    /// them, so it would seldom land in the window the seeded defect opens; and the recorder's
+    /// buffers are small, so that it is open and has copied the text well within that window.
+    ModuleOnly,
+}
+
+/// What the breakpoint observer saw over the starts: the executions after each listener's copy,
+/// judged against that listener's records.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The verdicts, summed over the starts.
+    pub verdicts: Verdicts,
+    /// Hits collected.
+    pub hits: usize,
+    /// Hits after the listeners' copies.
+    pub judged: usize,
+    /// Sweep steps taken.
+    pub steps: u64,
+    /// Hits perf lost.
+    pub lost: u64,
+    /// Unparsable output records.
+    pub bad: u64,
+    /// What went wrong: the observer not starting or its sweep failing, a record or copy the
+    /// verdicts cannot use.
+    pub errors: Vec<String>,
+}
+
+/// Executions a passing `listener_mid_storm_observed` judges, over all the starts of a boot.
+pub const MIN_JUDGED: u64 = 500;
+
+impl Watch {
+    /// The observer's run of one start: `copy` is the listener's copy of the sites' region
+    /// from `base`, read by `copied_by` (`CLOCK_MONOTONIC`, the clock of the hits and the
+    /// records).
+    fn add(
+        &mut self,
+        sites: &[Site],
+        watched: &[Watched],
+        (base, copy): (u64, &[u8]),
+        pokes: &[TextPokeRec],
+        copied_by: u64,
+        c: Collected,
+    ) {
+        self.hits += c.hits.len();
+        self.steps += c.steps;
+        self.lost += c.lost;
+        self.bad += c.bad;
+        self.errors.extend(c.error);
+        let after: Vec<_> = c.hits.into_iter().filter(|h| h.time > copied_by).collect();
+        self.judged += after.len();
+        let judged = (|| {
+            let timelines = checks::timelines(sites, pokes)?;
+            let unrecorded: Vec<Watched> = watched
+                .iter()
+                .filter(|w| !timelines.contains_key(&w.index))
+                .cloned()
+                .collect();
+            let initial = crate::scenarios::observed::paths_in(base, copy, &unrecorded)?;
+            Ok::<_, String>(observer::judge(
+                watched,
+                &timelines,
+                &initial,
+                &after,
+                observer::HITS_REPEAT,
+            ))
+        })();
+        match judged {
+            Ok(v) => self.verdicts.add(v),
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// One line of it.
+    fn line(&self) -> String {
+        format!(
+            "{} hits in {} sweep steps, {} after the listeners' copies, judged against their \
+             records: {}, lost {}, unparsable {}",
+            self.hits,
+            self.steps,
+            self.judged,
+            self.verdicts.counts(),
+            self.lost,
+            self.bad
+        )
+    }
+
+    /// The case's verdict on it.
+    fn case(&self) -> Case {
+        const NAME: &str = "listener_mid_storm_observed";
+        let (v, line) = (&self.verdicts, self.line());
+        let problem = if !self.errors.is_empty() || self.lost > 0 || self.bad > 0 {
+            Some(format!(
+                "errors {:?}, {} lost, {} unparsable",
+                self.errors, self.lost, self.bad
+            ))
+        } else if v.violations > 0 {
+            Some(format!("{} violations: {:?}", v.violations, v.examples))
+        } else if v.classified() < MIN_JUDGED {
+            Some(format!(
+                "{} executions judged, fewer than {MIN_JUDGED}",
+                v.classified()
+            ))
+        } else if v.met_guard == 0 {
+            Some("no judged execution met a guard".to_owned())
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Case::fail(NAME, format!("{p}: {line}")),
+            None => Case::pass(NAME).with_log(line),
+        }
+    }
+}
+
+/// One listener start, `delay` into a storm: its copy plus its records against the text, and,
+/// with `watch`, the observer's verdicts on the executions of `watched` after the copy, added
+/// to `watch`.
+pub fn one_start(
+    kcore: &Kcore,
+    sites: &[Site],
+    delay: Duration,
+    storm: Storm,
+    watch: Option<(&[Watched], &mut Watch)>,
+) -> Result<(Start, usize), String> {
+    // The sites first: they are read at once, before a batch's writes that a broken handshake
+    // would leave unrecorded.
+    let regions = [region(sites), kernel_text()?];
+    let observing = watch.as_ref().map(|(w, _)| {
+        Observer::start(observer::Config {
+            sites: w.to_vec(),
+            dwell: crate::scenarios::observed::DWELL,
+            clock: Clock::Monotonic,
+        })
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let kernel = match storm {
+        Storm::ModuleAndKernel => Some(kernel_storm(stop.clone())),
+        Storm::ModuleOnly => None,
+    };
+    // With the observer, the exerciser runs its storm again until one whole run began after the
+    // copy, so that every start has executions to judge however long its copy took.
+    let copied = Arc::new(AtomicBool::new(false));
+    let again = watch.is_some();
+    let flips = {
+        let copied = copied.clone();
+        std::thread::spawn(move || loop {
+            let after_copy = copied.load(Ordering::Acquire);
+            exerciser::command(&format!("run {STORM_SPEC}"))?;
+            if !again || after_copy {
+                break Ok(());
+            }
+        })
+    };
+    std::thread::sleep(delay);
+    // The kernel's storm records thousands of changes; the exerciser's alone, hundreds, in
+    // buffers that map fast enough for the seeded defect's window (see `Storm::ModuleOnly`).
+    let data_pages = match storm {
+        Storm::ModuleAndKernel => 1024,
+        Storm::ModuleOnly => 64,
+    };
+    let opened = Recorder::open_monotonic(&RecorderConfig { data_pages });
+    let copies: Result<Vec<Vec<u8>>, String> = regions
+        .iter()
+        .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
+        .collect();
+    let copied_by = monotonic_ns();
+    copied.store(true, Ordering::Release);
+    let ran: Result<(), i32> = flips.join().unwrap_or(Err(-1));
+    let collected = observing.map(|o| o.map(Observer::stop));
+    stop.store(true, Ordering::Relaxed);
+    let toggles = match kernel {
+        Some(k) => k
+            .join()
+            .unwrap_or(Err("the kernel storm panicked".into()))?,
+        None => 0,
+    };
+    let mut rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
+    ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
+    let drain = rec.drain();
+    drop(rec);
+    if drain.lost_events > 0 || !drain.errors.is_empty() {
+        return Err(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ));
+    }
+    let copies = copies?;
+    if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
+        match collected {
+            Ok(c) => watch.add(
+                sites,
+                watched,
+                (regions[0].0, &copies[0]),
+                &drain.pokes,
+                copied_by,
+                c,
+            ),
+            Err(e) => watch.errors.push(format!("starting the observer: {e}")),
+        }
+    }
+    let mut total = Start::default();
+    for (&(base, len), mut copy) in regions.iter().zip(copies) {
+        let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
+        let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+        // arm64 ftrace's ops literals are data, which nobody records (as for every transition
+        // of `kernel_patching`).
+        if !is_x86() {
+            kernel_patching::copy_ftrace_literals(&mut copy, &now);
+        }
+        if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
+            return Err(format!(
+                "{COPY} with its records ends unlike the text at {a:#x}"
+            ));
+        }
+        total.replayed += s.replayed;
+        total.already += s.already;
+    }
+    Ok((total, toggles))
+}
+
+/// [`STARTS`] listener starts spread over storms: `Ok(summary)` if every copy agreed. With
+/// `watch`, the observer watches the first branch sites through each start (see the module's
+/// documentation) and its verdicts are added there.
+pub fn mid_storm(
+    kcore: &Kcore,
+    sites: &[Site],
+    storm: Storm,
+    mut watch: Option<&mut Watch>,
+) -> Result<String, String> {
+    let watched = match watch {
+        Some(_) => crate::scenarios::observed::watched(sites)?,
+        None => Vec::new(),
+    };
+    let start = Instant::now();
+    let (mut replayed, mut already, mut toggles) = (0, 0, 0);
+    for k in 0..STARTS {
+        // From the storm's first moments to well into it.
+        let delay = Duration::from_millis(50 + 150 * k as u64);
+        let observing = watch.as_deref_mut().map(|w| (watched.as_slice(), w));
+        let (s, t) = one_start(kcore, sites, delay, storm, observing)
+            .map_err(|e| format!("start {k} ({} ms in): {e}", delay.as_millis()))?;
+        replayed += s.replayed;
+        already += s.already;
+        toggles += t;
+    }
+    Ok(format!(
+        "{STARTS} listeners started mid-storm ({toggles} tracer and schedstats toggles beside \
+         `{STORM_SPEC}`): {replayed} records replayed onto their copies, {already} already in \
+         them, every copy equal to the text at its end, in {:.1} s",
+        start.elapsed().as_secs_f64()
+    ))
+}
+
+/// The group; `listening` is the suite's own listener, closed for its length.
+pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) -> Case {
+    *listening = None;
+    let mut children = vec![quiet_case(kcore, sites), guarded_case(kcore, sites)];
+    let mut watch = Watch::default();
+    children.push(
+        match mid_storm(kcore, sites, Storm::ModuleAndKernel, Some(&mut watch)) {
+            Ok(line) => Case::pass("listener_mid_storm").with_log(line),
+            Err(e) => Case::fail("listener_mid_storm", e),
+        },
+    );
+    log(&format!("listener: observer: {}", watch.line()));
+    children.push(watch.case());
+    *listening = Listener::open().ok();
+    Case::group("listener", children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poke(addr: u64, old: &[u8], new: &[u8], time: u64) -> TextPokeRec {
+        TextPokeRec {
+            addr,
+            old: old.to_vec(),
+            new: new.to_vec(),
+            time,
+            ..TextPokeRec::default()
+        }
+    }
+
+    /// A branch site at 0x100 (`off` 0, `on` 1) as the exerciser lists it and the observer
+    /// watches it, and a hit of its path `path` at `time` that read `word` at the site.
+    fn watched_site() -> (Site, Watched) {
+        let site = Site {
+            index: 7,
+            kind: "b".into(),
+            addr: 0x100,
+            len: 1,
+            off: vec![0],
+            on: vec![1],
+        };
+        let w = Watched {
+            index: 7,
+            addr: 0x100,
+            on: vec![1],
+            off: vec![0],
+            taken: 0x140,
+            fall: 0x101,
+        };
+        (site, w)
+    }
+
+    fn hit(time: u64, w: &Watched, path: u8) -> observer::ObsHit {
+        observer::ObsHit {
+            time,
+            cpu: 0,
+            seen: textpoke_agent::platform::bpf::SiteWord {
+                bp_addr: if path == 1 { w.taken } else { w.fall },
+                site: w.addr,
+                word: 0,
+                fingerprint: time,
+            },
+        }
+    }
+
+    fn collected(hits: Vec<observer::ObsHit>) -> Collected {
+        Collected {
+            hits,
+            ..Collected::default()
+        }
+    }
+
+    #[test]
+    fn the_observer_judges_only_executions_after_the_copy() {
+        let (site, w) = watched_site();
+        // The listener's one record: off to on at 50; an unguarded execution of `on` at 40 is a
+        // violation if judged.
+        let pokes = [poke(0x100, &[0], &[1], 50)];
+        let mut judged = Watch::default();
+        judged.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[0]),
+            &pokes,
+            30,
+            collected(vec![hit(40, &w, 1), hit(60, &w, 1)]),
+        );
+        assert!(judged.errors.is_empty(), "{:?}", judged.errors);
+        assert_eq!((judged.hits, judged.judged), (2, 2));
+        assert_eq!(
+            (judged.verdicts.violations, judged.verdicts.new_ran),
+            (1, 1)
+        );
+        // Read after 40: that execution is before the copy, and not judged.
+        let mut after = Watch::default();
+        after.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[0]),
+            &pokes,
+            45,
+            collected(vec![hit(40, &w, 1), hit(60, &w, 1)]),
+        );
+        assert_eq!((after.hits, after.judged), (2, 1));
+        assert_eq!((after.verdicts.violations, after.verdicts.new_ran), (0, 1));
+    }
+
+    #[test]
+    fn a_site_without_records_keeps_the_path_its_copy_holds() {
+        let (site, w) = watched_site();
+        let mut watch = Watch::default();
+        watch.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[1]),
+            &[],
+            10,
+            collected(vec![hit(20, &w, 1), hit(30, &w, 0)]),
+        );
+        assert!(watch.errors.is_empty(), "{:?}", watch.errors);
+        // `on` in effect: its execution agrees, the fall-through's is undecided.
+        assert_eq!((watch.verdicts.old_ran, watch.verdicts.undecided), (1, 1));
+        // A copy that holds neither instruction is an error, not a verdict.
+        let mut bad = Watch::default();
+        bad.add(
+            std::slice::from_ref(&site),
+            std::slice::from_ref(&w),
+            (0x100, &[9]),
+            &[],
+            10,
+            collected(vec![hit(20, &w, 1)]),
+        );
+        assert_eq!(bad.errors.len(), 1);
+        assert_eq!(bad.verdicts.classified(), 0);
+    }
+
+    #[test]
+    fn the_observed_case_wants_judged_executions_guards_and_no_violation() {
+        let pass = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                met_guard: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(pass.case().passed());
+        let few = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED - 1,
+                met_guard: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!few.case().passed());
+        let violated = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                met_guard: 1,
+                violations: 1,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!violated.case().passed());
+        let unguarded = Watch {
+            verdicts: Verdicts {
+                new_ran: MIN_JUDGED,
+                ..Verdicts::default()
+            },
+            ..Watch::default()
+        };
+        assert!(!unguarded.case().passed());
+        let lost = Watch { lost: 1, ..pass };
+        assert!(!lost.case().passed());
+    }
+
+    #[test]
+    fn a_copy_read_after_a_change_may_hold_it_already() {
+        let mut copy = vec![1, 1, 2, 2];
+        let pokes = [
+            poke(0x100, &[1, 1], &[3, 3], 5),
+            poke(0x102, &[0, 0], &[2, 2], 9),
+        ];
+        let s = replay(0x100, &mut copy, &pokes, 10).unwrap();
+        assert_eq!((s.replayed, s.already), (1, 1));
+        assert_eq!(copy, [3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn an_unrecorded_change_after_the_copy_is_caught() {
+        // The copy holds 0; the text was changed to 1 unrecorded after it, then recorded back.
+        let mut copy = vec![0];
+        let pokes = [poke(0x100, &[1], &[0], 20)];
+        assert!(replay(0x100, &mut copy, &pokes, 10).is_err());
+        // Had that record been timed before the copy was read, the copy may hold its result.
+        let mut copy = vec![0];
+        assert!(replay(0x100, &mut copy, &pokes, 30).is_ok());
+    }
+
+    #[test]
+    fn a_copy_read_after_several_changes_of_a_site_may_hold_them() {
+        // Stub to list to the tracer's function, both before the copy was read: it holds the
+        // function; then the tracer goes off after it.
+        let pokes = [
+            poke(0x100, &[0], &[1], 5),
+            poke(0x100, &[1], &[2], 6),
+            poke(0x100, &[2], &[1], 20),
+            poke(0x100, &[1], &[0], 21),
+        ];
+        let mut copy = vec![2];
+        let s = replay(0x100, &mut copy, &pokes, 10).unwrap();
+        assert_eq!((s.replayed, s.already), (2, 2));
+        assert_eq!(copy, [0]);
+        // Those before the copy must have been timed before it.
+        let mut copy = vec![2];
+        assert!(replay(0x100, &mut copy, &pokes, 5).is_err());
+    }
+
+    #[test]
+    fn an_unrecorded_change_between_two_records_is_caught() {
+        let pokes = [poke(0x100, &[0], &[1], 20), poke(0x100, &[2], &[3], 21)];
+        let mut copy = vec![0];
+        assert!(replay(0x100, &mut copy, &pokes, 10).is_err());
+    }
+}

@@ -1,0 +1,275 @@
+//! The plan of a boot: the top-level cases of its document, fixed from the mode and the command
+//! line before anything runs, so that a case cannot vanish from the document. A planned case
+//! that never ran is printed as failing, with a reason; a case that ran unplanned is printed
+//! too, and fails the plan's own case.
+
+use textpoke_agent::report::ktap::Case;
+
+/// A top-level case of the `textpoke_agent` suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// textpoke loaded.
+    LoadTextpoke,
+    /// The exerciser loaded.
+    LoadExerciser,
+    /// Its sites were read.
+    SitesListed,
+    /// One of [`crate::scenarios::scenario::SCENARIOS`], by index.
+    Scenario(usize),
+    /// The scenario under the breakpoint observer (scenarios/observed.rs).
+    ScenarioObserved,
+    /// Debian's perf around a scenario.
+    RealPerfRecordsMatchText,
+    /// Debian's perf around the kernel's own ftrace patching.
+    RealPerfSeesKernelFtracePokes,
+    /// scenarios/badinput.rs.
+    BadInput,
+    /// scenarios/outsider.rs.
+    Outsider,
+    /// scenarios/kselftest.rs, in a boot that runs the kernel's own suites.
+    KernelSuites,
+    /// scenarios/hotplug.rs.
+    CpuHotplug,
+    /// scenarios/listener.rs.
+    Listener,
+    /// scenarios/kernel_patching.rs.
+    KernelPatching,
+    /// scenarios/controls.rs, in a boot that runs them.
+    NegativeControls,
+    /// kernel_patching::unload_refused_mid_update.
+    UnloadRefusedMidUpdate,
+    /// textpoke and the exerciser unloaded.
+    Unload,
+    /// kernel_patching::stock_cases.
+    StockAfterUnload,
+    /// `textpoke.mode=controls`: what the controls need, when it fails.
+    ControlsSetup,
+    /// `textpoke.mode=run`: the demo's scenario.
+    DemoScenario,
+}
+
+impl Planned {
+    /// The case's name in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::LoadTextpoke => "load_textpoke",
+            Self::LoadExerciser => "load_exerciser",
+            Self::SitesListed => "sites_listed",
+            Self::Scenario(i) => crate::scenarios::scenario::SCENARIOS
+                .get(i)
+                .map_or("scenario_unknown", |s| s.0),
+            Self::ScenarioObserved => "scenario_observed",
+            Self::RealPerfRecordsMatchText => "real_perf_records_match_text",
+            Self::RealPerfSeesKernelFtracePokes => "real_perf_sees_kernel_ftrace_pokes",
+            Self::BadInput => "bad_input",
+            Self::Outsider => "outsider",
+            Self::KernelSuites => "kernel_suites",
+            Self::CpuHotplug => "cpu_hotplug",
+            Self::Listener => "listener",
+            Self::KernelPatching => "kernel_patching",
+            Self::NegativeControls => "negative_controls",
+            Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
+            Self::Unload => "unload",
+            Self::StockAfterUnload => "stock_after_unload",
+            Self::ControlsSetup => "controls_setup",
+            Self::DemoScenario => "demo_scenario",
+        }
+    }
+}
+
+/// The cases a boot plans, in document order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The planned cases.
+    pub cases: Vec<Planned>,
+    /// Cases a planned one may stand in for when it fails early (a setup case that failed
+    /// before the case it guards could be named); they are not "unplanned".
+    pub optional: Vec<&'static str>,
+}
+
+impl Plan {
+    /// `textpoke.mode=test`; `controls` says whether the boot runs the negative controls
+    /// (`textpoke.controls=0` turns them off: the KASAN boots), `kernel_suites` whether it runs
+    /// the kernel's own suites (`textpoke.kselftest=1`: one boot per arch).
+    pub fn test(controls: bool, kernel_suites: bool) -> Self {
+        let mut cases = vec![
+            Planned::LoadTextpoke,
+            Planned::LoadExerciser,
+            Planned::SitesListed,
+        ];
+        cases.extend((0..crate::scenarios::scenario::SCENARIOS.len()).map(Planned::Scenario));
+        cases.extend([
+            Planned::ScenarioObserved,
+            Planned::RealPerfRecordsMatchText,
+            Planned::RealPerfSeesKernelFtracePokes,
+            Planned::BadInput,
+            Planned::Outsider,
+        ]);
+        if kernel_suites {
+            cases.push(Planned::KernelSuites);
+        }
+        cases.push(Planned::KernelPatching);
+        cases.push(Planned::CpuHotplug);
+        cases.push(Planned::Listener);
+        if controls {
+            cases.push(Planned::NegativeControls);
+        }
+        cases.extend([
+            Planned::UnloadRefusedMidUpdate,
+            Planned::Unload,
+            Planned::StockAfterUnload,
+        ]);
+        Self {
+            cases,
+            optional: Vec::new(),
+        }
+    }
+
+    /// `textpoke.mode=controls`.
+    pub fn controls_only() -> Self {
+        Self {
+            cases: vec![Planned::NegativeControls],
+            optional: vec![Planned::ControlsSetup.name()],
+        }
+    }
+
+    /// `textpoke.mode=run`.
+    pub fn demo() -> Self {
+        Self {
+            cases: vec![Planned::DemoScenario],
+            optional: vec!["demo_setup"],
+        }
+    }
+
+    /// The document's cases: every planned case in the plan's order, as it ran or failing with
+    /// the reason it never did (the first case before it that failed, if any), then the cases
+    /// that ran unplanned, and if there were any, or a planned case ran twice, a failing
+    /// `plan_kept`.
+    pub fn reconcile(&self, mut ran: Vec<Case>) -> Vec<Case> {
+        let mut out = Vec::new();
+        // A setup case that failed explains whatever never ran.
+        let mut first_failed: Option<String> = ran
+            .iter()
+            .find(|c| self.optional.contains(&c.name.as_str()) && !c.passed())
+            .map(|c| c.name.clone());
+        let mut twice = Vec::new();
+        for p in &self.cases {
+            let name = p.name();
+            let mut mine: Vec<Case> = Vec::new();
+            let mut i = 0;
+            while i < ran.len() {
+                if ran.get(i).is_some_and(|c| c.name == name) {
+                    mine.push(ran.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            if mine.len() > 1 {
+                twice.push(name);
+            }
+            if mine.is_empty() {
+                let why = match &first_failed {
+                    Some(f) => format!("planned for this boot, never ran: {f} failed before it"),
+                    None => "planned for this boot, never ran".to_owned(),
+                };
+                out.push(Case::fail(name, why));
+            }
+            for c in mine {
+                if !c.passed() && first_failed.is_none() {
+                    first_failed = Some(c.name.clone());
+                }
+                out.push(c);
+            }
+        }
+        let unplanned: Vec<String> = ran
+            .iter()
+            .filter(|c| !self.optional.contains(&c.name.as_str()))
+            .map(|c| c.name.clone())
+            .collect();
+        out.extend(ran);
+        if !unplanned.is_empty() || !twice.is_empty() {
+            out.push(Case::fail(
+                "plan_kept",
+                format!("cases that ran unplanned: {unplanned:?}; planned cases that ran twice: {twice:?}"),
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(cases: &[Case]) -> Vec<&str> {
+        cases.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_test_plan_depends_on_the_controls_and_suites_switches_only() {
+        let with = Plan::test(true, false);
+        let without = Plan::test(false, false);
+        assert!(with.cases.contains(&Planned::NegativeControls));
+        assert!(!without.cases.contains(&Planned::NegativeControls));
+        assert_eq!(with.cases.len(), without.cases.len() + 1);
+        let suites = Plan::test(true, true);
+        assert!(suites.cases.contains(&Planned::KernelSuites));
+        assert!(!with.cases.contains(&Planned::KernelSuites));
+        assert_eq!(suites.cases.len(), with.cases.len() + 1);
+        assert_eq!(with.cases.first().map(|c| c.name()), Some("load_textpoke"));
+        for (i, s) in crate::scenarios::scenario::SCENARIOS.iter().enumerate() {
+            assert_eq!(Planned::Scenario(i).name(), s.0);
+        }
+    }
+
+    #[test]
+    fn a_planned_case_that_never_ran_fails_with_a_reason() {
+        let plan = Plan {
+            cases: vec![Planned::LoadTextpoke, Planned::SitesListed, Planned::Unload],
+            optional: Vec::new(),
+        };
+        let doc = plan.reconcile(vec![
+            Case::pass("load_textpoke"),
+            Case::fail("sites_listed", "no sites"),
+        ]);
+        assert_eq!(names(&doc), ["load_textpoke", "sites_listed", "unload"]);
+        let unload = doc.last().unwrap();
+        assert!(!unload.passed());
+        assert_eq!(
+            crate::scenarios::kernel_patching::diagnostic(unload),
+            "planned for this boot, never ran: sites_listed failed before it"
+        );
+        // Every case ran and passed: the document is the cases, in the plan's order.
+        let doc = plan.reconcile(vec![
+            Case::pass("unload"),
+            Case::pass("load_textpoke"),
+            Case::pass("sites_listed"),
+        ]);
+        assert_eq!(names(&doc), ["load_textpoke", "sites_listed", "unload"]);
+        assert!(doc.iter().all(Case::passed));
+        // Nothing ran: every planned case fails.
+        let doc = plan.reconcile(Vec::new());
+        assert_eq!(doc.len(), 3);
+        assert!(doc.iter().all(|c| !c.passed()));
+    }
+
+    #[test]
+    fn an_unplanned_or_repeated_case_fails_the_plan() {
+        let plan = Plan {
+            cases: vec![Planned::Unload],
+            optional: vec!["setup"],
+        };
+        let doc = plan.reconcile(vec![Case::pass("unload"), Case::pass("surprise")]);
+        assert_eq!(names(&doc), ["unload", "surprise", "plan_kept"]);
+        assert!(!doc[2].passed());
+        let doc = plan.reconcile(vec![Case::pass("unload"), Case::pass("unload")]);
+        assert_eq!(names(&doc), ["unload", "unload", "plan_kept"]);
+        // An optional setup case is no surprise, and says why the rest never ran.
+        let doc = plan.reconcile(vec![Case::fail("setup", "no module")]);
+        assert_eq!(names(&doc), ["unload", "setup"]);
+        assert_eq!(
+            crate::scenarios::kernel_patching::diagnostic(&doc[0]),
+            "planned for this boot, never ran: setup failed before it"
+        );
+    }
+}

@@ -1,0 +1,772 @@
+//! The boots each make target runs, as typed data: the matrix, and the manifest a run writes
+//! before anything is built.
+//!
+//! `tools/test.sh` (and `run.sh`, `bench.sh`) only build: they ask [`plan`] which kernels and
+//! initramfs images the suite needs (`textpoke-runner plan`), build those, and hand the paths
+//! of whatever was built to the run of plan/run.rs (`textpoke-runner suite`). The manifest lists
+//! every planned boot and host check up front, so a boot that never ran, because its guest
+//! failed to build or its artifacts were never handed over, or a host check that never recorded
+//! its result, because the shell running it died or `record` failed, is a failure the summary
+//! names rather than a silent gap.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::judge::verdict::Verdict;
+use crate::platform::qemu::Arch;
+use crate::rundir::layout as rundir;
+
+/// What a make target runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Suite {
+    /// `make test`: the guest test suite at two CPU counts per arch, plus the harness checks.
+    Test,
+    /// `make run`: the demo, one boot per arch.
+    Run,
+    /// `make bench`: the benchmarks, one boot per arch.
+    Bench,
+    /// `make test-debug`: the guest test suite and the unload stress on the KASAN kernel.
+    TestDebug,
+    /// `make test-full`: the guest test suite with all of the kernel's ftracetest directories
+    /// that change text, with and without textpoke; hours under TCG, so in no other target.
+    TestFull,
+}
+
+/// Which kernel (and initramfs) a boot needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// Debian's 6.12 with `tools/patches`.
+    Patched,
+    /// Debian's 6.12 without the series: textpoke must refuse to load.
+    Unpatched,
+    /// The patched kernel with IBT and Debian's CPU mitigations, return thunks included, built
+    /// with clang 19 (x86_64 only; tools/kconfig/mitigations.config).
+    Mitigations,
+    /// The patched kernel with KASAN, lockdep and other debug checks (tools/kconfig/kasan.config);
+    /// on arm64 also control-flow integrity and shadow call stacks as Android's GKI builds them,
+    /// so ftrace without CALL_OPS, with clang 19 (tools/kconfig/cfi.config).
+    Kasan,
+}
+
+impl Variant {
+    /// Every variant, with the name `tools/kernel.sh` and `tools/guests.sh` know it by.
+    pub const ALL: [(Self, &'static str); 4] = [
+        (Self::Patched, "patched"),
+        (Self::Unpatched, "unpatched"),
+        (Self::Mitigations, "mitigations"),
+        (Self::Kasan, "kasan"),
+    ];
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::ALL
+            .iter()
+            .find(|(v, _)| v == self)
+            .map_or("?", |(_, n)| n);
+        f.write_str(name)
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(v, _)| *v)
+            .ok_or_else(|| {
+                format!("unknown variant `{s}` (patched, unpatched, mitigations or kasan)")
+            })
+    }
+}
+
+/// One planned boot: everything needed to run and judge it but the artifact paths.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedBoot {
+    /// Names its log and report.
+    pub name: String,
+    /// Guest architecture.
+    pub arch: Arch,
+    /// Which kernel.
+    pub variant: Variant,
+    /// Guest CPUs.
+    pub smp: u32,
+    /// Guest memory in MiB.
+    pub mem_mb: u32,
+    /// Hard limit on QEMU's run time, in seconds.
+    pub timeout: u64,
+    /// Extra kernel arguments.
+    pub append: String,
+    /// The verdict that counts as ok (anything but `pass` checks the harness itself).
+    pub expect: Verdict,
+    /// Text some console line must contain.
+    pub expect_log: Option<String>,
+    /// KTAP suites (top-level subtests) or named documents that must be present.
+    pub require: Vec<String>,
+    /// Whether to check that the kernel's own KTAP parser counts this boot's results as the
+    /// runner does (`tools/testing/kunit/kunit.py parse`).
+    pub kunit_check: bool,
+}
+
+impl PlannedBoot {
+    fn artifact_key(&self) -> (Arch, Variant) {
+        (self.arch, self.variant)
+    }
+}
+
+/// A run's plan, written to `DIR/manifest.json` before anything is built.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// What was asked for.
+    pub suite: Suite,
+    /// The arches asked for.
+    pub arches: Vec<Arch>,
+    /// Every boot the run must produce a report for.
+    pub boots: Vec<PlannedBoot>,
+    /// The host checks the run must record a result for (`textpoke-runner record`).
+    #[serde(default)]
+    pub checks: Vec<String>,
+}
+
+/// A report a run must produce (`DIR/NAME.json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The report's name.
+    pub name: String,
+    /// What writes it.
+    pub source: Source,
+}
+
+/// What writes a planned report, and so what a missing one says went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A boot, run by `textpoke-runner suite`.
+    Boot,
+    /// The kunit.py cross-check of a boot's log, run by `suite` after the boot.
+    KunitCheck,
+    /// A host check, recorded by `textpoke-runner record`.
+    HostCheck,
+}
+
+impl Source {
+    /// Why a report of this kind can be missing, for a person.
+    pub fn why_missing(self) -> &'static str {
+        match self {
+            Self::Boot => "boot: its guest was not built, or the suite did not run it",
+            Self::KunitCheck => {
+                "kunit.py cross-check: its boot did not report, or no kunit.py was given"
+            }
+            Self::HostCheck => {
+                "host check: its lane died, or `textpoke-runner record` of it never ran or failed"
+            }
+        }
+    }
+}
+
+impl Manifest {
+    /// The `(arch, variant)` pairs the boots need, in a stable order.
+    pub fn artifacts(&self) -> Vec<(Arch, Variant)> {
+        let mut v: Vec<(Arch, Variant)> = Vec::new();
+        for b in &self.boots {
+            if !v.contains(&b.artifact_key()) {
+                v.push(b.artifact_key());
+            }
+        }
+        v
+    }
+
+    /// Every report the run must produce: one per boot, one per kunit.py cross-check and one
+    /// per host check, in the manifest's order.
+    pub fn expected_reports(&self) -> Vec<Expected> {
+        let boots = self.boots.iter().flat_map(|b| {
+            let check = b.kunit_check.then(|| Expected {
+                name: rundir::kunit_name(&b.name),
+                source: Source::KunitCheck,
+            });
+            std::iter::once(Expected {
+                name: b.name.clone(),
+                source: Source::Boot,
+            })
+            .chain(check)
+        });
+        let checks = self.checks.iter().map(|c| Expected {
+            name: c.clone(),
+            source: Source::HostCheck,
+        });
+        boots.chain(checks).collect()
+    }
+
+    /// Writes the manifest into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let path = rundir::manifest(dir);
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// Reads the manifest of `dir`, if it has one.
+    pub fn read(dir: &Path) -> Result<Option<Self>, String> {
+        let path = rundir::manifest(dir);
+        match std::fs::read_to_string(&path) {
+            Ok(s) => serde_json::from_str(&s)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// The suites every test boot's single KTAP document must contain.
+const TEST_SUITES: [&str; 2] = ["textpoke_selftest", "textpoke_agent"];
+
+fn guest(arch: Arch, name: &str, smp: u32, mem_mb: u32, mode: &str, suite: &str) -> PlannedBoot {
+    PlannedBoot {
+        name: name.to_owned(),
+        arch,
+        variant: Variant::Patched,
+        smp,
+        mem_mb,
+        timeout: 900,
+        append: format!("textpoke.mode={mode}"),
+        expect: Verdict::Pass,
+        expect_log: None,
+        require: vec![TEST_SUITES[0].to_owned(), suite.to_owned()],
+        kunit_check: false,
+    }
+}
+
+/// A boot of the x86_64 guest that must fail in the way `expect` says: a check of the harness.
+fn harness(name: &str, check: &str, expect: Verdict, expect_log: Option<&str>) -> PlannedBoot {
+    PlannedBoot {
+        name: format!("harness-{name}"),
+        arch: Arch::X86_64,
+        variant: Variant::Patched,
+        smp: 2,
+        mem_mb: 1024,
+        timeout: 900,
+        append: format!("textpoke.mode=check={check}"),
+        expect,
+        expect_log: expect_log.map(str::to_owned),
+        require: Vec::new(),
+        kunit_check: false,
+    }
+}
+
+/// What the bad-input group says when the command line and the exerciser disagree on return
+/// thunks (tools/agent/src/scenarios/badinput.rs).
+const RETURN_THUNKS_CLAIMED_LOG: &str =
+    "textpoke.return_thunks=1 but the exerciser's ret sites switch to";
+
+/// What the agent logs right before it hangs on purpose (tools/agent/src/main.rs).
+pub const HANG_LOG: &str = "textpoke-agent: hanging on purpose: the runner must time out";
+
+/// What the outsider prints when a foreign `BRK #0x008` returned (samples/textpoke_outsider.c):
+/// only the kernel can print it, and only after the BRK was swallowed, so a boot in which no
+/// BRK ran (a module or the defect switch failed to load or set) cannot pass for a catch.
+pub const SWALLOWED_LOG: &str =
+    "textpoke_outsider: a BRK #0x008 that is not textpoke's was swallowed";
+
+/// Kernel arguments of the KASAN boots (see [`plan`]).
+const KASAN_APPEND: &str = "preempt=none rcupdate.rcu_cpu_stall_timeout=300";
+
+/// The unload stress: [`STRESS_SUITE`]'s load/unload cycles of textpoke and the exerciser,
+/// with unloads tried while batches are live (tools/agent/src/scenarios/stress.rs).
+pub const STRESS_SUITE: &str = "textpoke_stress";
+
+/// The boots `suite` runs on `arches`.
+pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
+    let mut boots = Vec::new();
+    for &arch in arches {
+        match suite {
+            Suite::TestDebug => {
+                // KASAN (inline, with vmalloc shadow), lockdep, DEBUG_ATOMIC_SLEEP,
+                // DEBUG_PREEMPT, DEBUG_LIST and DEBUG_OBJECTS, under panic_on_warn: any report
+                // is a splat that fails the boot. KASAN slows TCG down three- to fourfold: the
+                // negative controls (a check of the checkers, each reloading the modules) stay
+                // in `make test`, and a grace period can wait longer than RCU's 21 s for a vCPU
+                // to get its turn (as in the benchmarks). The kernel is built preemptible with
+                // the model chosen at boot (PREEMPT_DYNAMIC); these boots choose the test
+                // kernel's, `none`. The arm64 one is also the kernel with control-flow integrity,
+                // so without CALL_OPS: the suite meets ftrace's other ordering there.
+                let mut suite = guest(
+                    arch,
+                    &format!("{arch}-kasan-smp4"),
+                    4,
+                    2048,
+                    "test",
+                    "textpoke_agent",
+                );
+                suite.variant = Variant::Kasan;
+                suite.timeout = 1800;
+                suite.append.push_str(" textpoke.controls=0 ");
+                suite.append.push_str(KASAN_APPEND);
+                boots.push(suite);
+                let mut stress = guest(
+                    arch,
+                    &format!("{arch}-kasan-stress"),
+                    4,
+                    2048,
+                    "stress",
+                    STRESS_SUITE,
+                );
+                stress.variant = Variant::Kasan;
+                stress.timeout = 1800;
+                stress.append.push(' ');
+                stress.append.push_str(KASAN_APPEND);
+                boots.push(stress);
+            }
+            Suite::TestFull => {
+                // `make test`'s -smp 2 boot with all of FTRACE_DIRS (tools/agent/src/
+                // kselftest.rs) instead of its subset: the function tracer's own cases and
+                // ftrace direct calls, minutes each, twice. The negative controls stay in
+                // `make test`, which runs them on this kernel.
+                // 2 GiB: the replay holds every record of all of ftracetest, millions of them.
+                let mut full = guest(
+                    arch,
+                    &format!("{arch}-full"),
+                    2,
+                    2048,
+                    "test",
+                    "textpoke_agent",
+                );
+                full.append.push_str(
+                    " textpoke.kselftest=1 textpoke.kselftest_dirs=all textpoke.controls=0",
+                );
+                full.timeout = 4 * 3600;
+                boots.push(full);
+            }
+            Suite::Test => {
+                let mut smp2 = guest(
+                    arch,
+                    &format!("{arch}-smp2"),
+                    2,
+                    1024,
+                    "test",
+                    "textpoke_agent",
+                );
+                // One log per arch goes through the kernel's own KTAP parser too, and the
+                // kernel's own test suites run once per arch, with and without textpoke.
+                smp2.kunit_check = true;
+                smp2.append.push_str(" textpoke.kselftest=1");
+                // The arm64 one prints the observer's executions, which the host check
+                // ETM_OBSERVED turns into a CoreSight trace for perf to decode.
+                if arch == Arch::Arm64 {
+                    smp2.append.push_str(" textpoke.etm_dataset=1");
+                }
+                // The kernel's suites run twice in it: minutes more than the other boots.
+                smp2.timeout = 1800;
+                boots.push(smp2);
+                boots.push(guest(
+                    arch,
+                    &format!("{arch}-smp4"),
+                    4,
+                    2048,
+                    "test",
+                    "textpoke_agent",
+                ));
+            }
+            Suite::Run => boots.push(guest(
+                arch,
+                &format!("{arch}-demo"),
+                2,
+                1024,
+                "run",
+                "textpoke_demo",
+            )),
+            Suite::Bench => {
+                let mut b = guest(
+                    arch,
+                    &format!("{arch}-bench"),
+                    4,
+                    2048,
+                    "bench",
+                    "textpoke_bench",
+                );
+                // Under TCG one arm64 batch of 4096 sites takes tens of seconds with upstream's
+                // mechanism as with ours.
+                b.timeout = 3600;
+                b.append.push_str(" rcupdate.rcu_cpu_stall_timeout=300");
+                boots.push(b);
+            }
+        }
+    }
+    if suite == Suite::Test && arches.contains(&Arch::X86_64) {
+        // x86 as distributions build it: IBT and every CPU mitigation Debian enables (return
+        // thunks, retpolines, page-table isolation, ...), clang 19, objtool-checked modules,
+        // the same suite.
+        let mut mitigations = guest(
+            Arch::X86_64,
+            "x86_64-mitigations",
+            2,
+            1024,
+            "test",
+            "textpoke_agent",
+        );
+        mitigations.variant = Variant::Mitigations;
+        // The agent then asks for the bad-input case that only such a kernel has, so that it
+        // cannot vanish unnoticed (tools/agent/src/scenarios/badinput.rs).
+        mitigations.append.push_str(" textpoke.return_thunks=1");
+        boots.push(mitigations);
+    }
+    if suite == Suite::Test && arches.contains(&Arch::X86_64) {
+        boots.push(harness(
+            "not-ok",
+            "not_ok",
+            Verdict::NotOk,
+            Some("a_test_that_fails"),
+        ));
+        // The agent's last line before it hangs: a kernel that hangs before the agent starts
+        // times out too, and must not count.
+        let mut hang = harness("hang", "hang", Verdict::Timeout, Some(HANG_LOG));
+        hang.timeout = 40;
+        boots.push(hang);
+        boots.push(harness(
+            "warn",
+            "warn",
+            Verdict::Splat,
+            Some("harness_warn"),
+        ));
+        let mut no_series = harness(
+            "no-series",
+            "no_series",
+            Verdict::NotOk,
+            Some("lacks the textpoke patch series"),
+        );
+        no_series.variant = Variant::Unpatched;
+        boots.push(no_series);
+        // The patched kernel has no return thunks: told it has, the bad-input group's check
+        // that the runner and the exerciser agree must fail (the mitigations boot relies on it).
+        let mut thunks = harness(
+            "return-thunks-claimed",
+            "return_thunks_claimed",
+            Verdict::NotOk,
+            Some(RETURN_THUNKS_CLAIMED_LOG),
+        );
+        thunks.append.push_str(" textpoke.return_thunks=1");
+        boots.push(thunks);
+    }
+    if suite == Suite::Test && arches.contains(&Arch::Arm64) {
+        // A `BRK #0x008` that is no guard of textpoke's must kill the kernel ("Oops - BRK"),
+        // not be hidden; the debug build's seeded defect that swallows it must be caught.
+        let mut brk = harness(
+            "foreign-brk",
+            "foreign_brk",
+            Verdict::Splat,
+            Some("Oops - BRK"),
+        );
+        brk.arch = Arch::Arm64;
+        boots.push(brk);
+        let mut swallowed = harness(
+            "foreign-brk-swallowed",
+            "foreign_brk_swallowed",
+            Verdict::NotOk,
+            Some(SWALLOWED_LOG),
+        );
+        swallowed.arch = Arch::Arm64;
+        boots.push(swallowed);
+    }
+    for b in &mut boots {
+        b.require.extend(groups_asked(&b.append));
+    }
+    let mut checks = Vec::new();
+    if suite == Suite::Test {
+        checks.extend(
+            HOST_CHECKS
+                .iter()
+                .map(|c| (*c).to_owned())
+                .chain(arches.iter().map(|a| format!("lint-{a}"))),
+        );
+        if arches.contains(&Arch::Arm64) {
+            checks.push(ETM_OBSERVED.to_owned());
+        }
+    }
+    Manifest {
+        suite,
+        arches: arches.to_vec(),
+        boots,
+        checks,
+    }
+}
+
+/// The agent's groups that a test boot's command line asks for, as paths the boot's document
+/// must hold: the agent plans its cases from the same command line (tools/agent/src/scenarios/plan.rs),
+/// so a group it was asked for and left out of its plan, or a boot whose arguments lost the
+/// request, fails the boot by name instead of shrinking its count.
+fn groups_asked(append: &str) -> Vec<String> {
+    let args: Vec<&str> = append.split_whitespace().collect();
+    let mut groups = Vec::new();
+    if args.contains(&"textpoke.mode=test") {
+        if !args.contains(&"textpoke.controls=0") {
+            groups.push("textpoke_agent/negative_controls".to_owned());
+        }
+        if args.contains(&"textpoke.kselftest=1") {
+            groups.push("textpoke_agent/kernel_suites".to_owned());
+        }
+    }
+    groups
+}
+
+/// The host checks of `make test`, recorded by tools/test.sh with `textpoke-runner record`.
+pub const HOST_CHECKS: &[&str] = &[
+    "host-tests",
+    "loom",
+    "mutants",
+    "fuzz-smoke",
+    "clippy",
+    "rustfmt",
+    "checkpatch",
+    "perf-cs-etm",
+];
+
+/// The host check of `make test` that decodes the arm64 -smp 2 boot's observed executions as a
+/// CoreSight trace (`textpoke-runner etm-observed`, run by tools/test.sh after the boots).
+pub const ETM_OBSERVED: &str = "etm-observed";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_plan_covers_both_arches_and_the_harness() {
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x86_64-smp2",
+                "x86_64-smp4",
+                "arm64-smp2",
+                "arm64-smp4",
+                "x86_64-mitigations",
+                "harness-not-ok",
+                "harness-hang",
+                "harness-warn",
+                "harness-no-series",
+                "harness-return-thunks-claimed",
+                "harness-foreign-brk",
+                "harness-foreign-brk-swallowed"
+            ]
+        );
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Patched),
+                (Arch::Arm64, Variant::Patched),
+                (Arch::X86_64, Variant::Mitigations),
+                (Arch::X86_64, Variant::Unpatched)
+            ]
+        );
+        let mitigations = m
+            .boots
+            .iter()
+            .find(|b| b.variant == Variant::Mitigations)
+            .unwrap();
+        assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
+        assert_eq!(
+            mitigations.require,
+            [TEST_SUITES[0], TEST_SUITES[1], CONTROLS]
+        );
+        assert!(mitigations.append.contains("textpoke.return_thunks=1"));
+        let expected = m.expected_reports();
+        let named = |source| {
+            expected
+                .iter()
+                .filter(|e| e.source == source)
+                .map(|e| e.name.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            named(Source::KunitCheck),
+            ["x86_64-smp2.kunit", "arm64-smp2.kunit"]
+        );
+        assert_eq!(named(Source::Boot), names);
+        // Every host check is expected too, lint once per arch, and the decode of the arm64
+        // boot's executions, which that boot is asked to print.
+        assert_eq!(
+            named(Source::HostCheck),
+            [
+                "host-tests",
+                "loom",
+                "mutants",
+                "fuzz-smoke",
+                "clippy",
+                "rustfmt",
+                "checkpatch",
+                "perf-cs-etm",
+                "lint-x86_64",
+                "lint-arm64",
+                ETM_OBSERVED
+            ]
+        );
+        let dataset_asked: Vec<&str> = m
+            .boots
+            .iter()
+            .filter(|b| b.append.contains("textpoke.etm_dataset=1"))
+            .map(|b| b.name.as_str())
+            .collect();
+        assert_eq!(dataset_asked, ["arm64-smp2"]);
+        assert!(!plan(Suite::Test, &[Arch::X86_64])
+            .checks
+            .iter()
+            .any(|c| c == ETM_OBSERVED));
+        // The demo builds no unpatched kernel.
+        let demo = plan(Suite::Run, &[Arch::X86_64, Arch::Arm64]);
+        assert_eq!(demo.boots.len(), 2);
+        assert!(demo.artifacts().iter().all(|(_, v)| *v == Variant::Patched));
+        // One arch: its boots and its own harness checks only.
+        assert_eq!(plan(Suite::Test, &[Arch::Arm64]).boots.len(), 4);
+    }
+
+    const CONTROLS: &str = "textpoke_agent/negative_controls";
+
+    #[test]
+    fn a_group_the_command_line_asks_for_cannot_vanish() {
+        use crate::judge::verdict::{self, Verdict};
+        use crate::platform::qemu::Outcome;
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let boot = |name: &str| m.boots.iter().find(|b| b.name == name).unwrap().clone();
+        for name in ["x86_64-smp2", "arm64-smp2"] {
+            let want = [
+                TEST_SUITES[0],
+                TEST_SUITES[1],
+                CONTROLS,
+                "textpoke_agent/kernel_suites",
+            ];
+            assert_eq!(boot(name).require, want, "{name}");
+        }
+        assert!(boot("x86_64-smp4").require.contains(&CONTROLS.to_owned()));
+        // The KASAN boots are told not to run the controls, and are not asked for them.
+        let debug = plan(Suite::TestDebug, &[Arch::X86_64]);
+        assert_eq!(debug.boots[0].require, TEST_SUITES);
+        // A document that planned no controls (its command line lost the request) fails by name.
+        let log = "KTAP version 1\n1..2\n    KTAP version 1\n    1..1\n    ok 1 a\nok 1 textpoke_selftest\n    KTAP version 1\n    1..1\n    ok 1 scenario\nok 2 textpoke_agent\n";
+        let j = verdict::judge(log, &Outcome::Exited(0), &boot("x86_64-smp4").require);
+        assert_eq!(j.verdict, Verdict::MissingKtap, "{}", j.reason);
+        assert!(j.reason.contains(CONTROLS), "{}", j.reason);
+        let with = log.replace("ok 1 scenario", "ok 1 negative_controls");
+        let j = verdict::judge(&with, &Outcome::Exited(0), &boot("x86_64-smp4").require);
+        assert_eq!(j.verdict, Verdict::Pass, "{}", j.reason);
+    }
+
+    #[test]
+    fn harness_boots_need_a_line_only_their_cause_prints() {
+        use crate::judge::verdict;
+        use crate::platform::qemu::Outcome;
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        let boot = |name: &str| m.boots.iter().find(|b| b.name == name).unwrap().clone();
+        let hang = boot("harness-hang");
+        assert_eq!(hang.expect_log.as_deref(), Some(HANG_LOG));
+        let swallowed = boot("harness-foreign-brk-swallowed");
+        assert_eq!(swallowed.expect_log.as_deref(), Some(SWALLOWED_LOG));
+        // The unswallowed one stays with the kernel's own report.
+        assert_eq!(
+            boot("harness-foreign-brk").expect_log.as_deref(),
+            Some("Oops - BRK")
+        );
+        // A kernel that hangs before the agent starts times out too: no catch.
+        let early = "[    0.000000] Linux version 6.12.0\n[    1.0] Run /init as init process\n";
+        let j = verdict::judge(early, &Outcome::TimedOut(40), &hang.require);
+        assert_eq!(j.verdict, Verdict::Timeout);
+        assert!(!verdict::check(&j, early, hang.expect, hang.expect_log.as_deref()).0);
+        let agent = format!("{early}[    2.0] {HANG_LOG}\n");
+        let j = verdict::judge(&agent, &Outcome::TimedOut(40), &hang.require);
+        assert!(verdict::check(&j, &agent, hang.expect, hang.expect_log.as_deref()).0);
+        // A swallowed-BRK boot whose BRK never ran (the debug module failed to load) fails as
+        // not ok too, but without the outsider's line it is no catch.
+        let no_brk =
+            "[    1.0] KTAP version 1\n[    1.0] 1..1\n[    1.0] not ok 1 foreign_brk_setup\n\
+                      [    2.0] reboot: Restarting system\n";
+        let j = verdict::judge(no_brk, &Outcome::Exited(0), &swallowed.require);
+        assert_eq!(j.verdict, Verdict::NotOk);
+        assert!(
+            !verdict::check(
+                &j,
+                no_brk,
+                swallowed.expect,
+                swallowed.expect_log.as_deref()
+            )
+            .0
+        );
+        let caught = format!(
+            "[    1.0] {SWALLOWED_LOG}\n[    1.1] KTAP version 1\n[    1.1] 1..1\n\
+             [    1.1] not ok 1 foreign_brk_reported\n[    2.0] reboot: Restarting system\n"
+        );
+        let j = verdict::judge(&caught, &Outcome::Exited(0), &swallowed.require);
+        assert!(
+            verdict::check(
+                &j,
+                &caught,
+                swallowed.expect,
+                swallowed.expect_log.as_deref()
+            )
+            .0
+        );
+    }
+
+    #[test]
+    fn test_debug_boots_the_kasan_kernel_with_the_suite_and_the_stress() {
+        let m = plan(Suite::TestDebug, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x86_64-kasan-smp4",
+                "x86_64-kasan-stress",
+                "arm64-kasan-smp4",
+                "arm64-kasan-stress"
+            ]
+        );
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Kasan),
+                (Arch::Arm64, Variant::Kasan)
+            ]
+        );
+        assert!(m
+            .boots
+            .iter()
+            .all(|b| b.smp == 4 && b.expect == Verdict::Pass));
+        assert_eq!(
+            m.boots[0].append,
+            format!("textpoke.mode=test textpoke.controls=0 {KASAN_APPEND}")
+        );
+        assert_eq!(
+            m.boots[1].append,
+            format!("textpoke.mode=stress {KASAN_APPEND}")
+        );
+        assert_eq!(m.boots[1].require, ["textpoke_selftest", STRESS_SUITE]);
+        assert!(m.checks.is_empty());
+        assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 2);
+    }
+
+    #[test]
+    fn test_full_runs_all_of_ftracetest_on_the_patched_kernel_and_requires_it() {
+        let m = plan(Suite::TestFull, &[Arch::X86_64, Arch::Arm64]);
+        let names: Vec<&str> = m.boots.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["x86_64-full", "arm64-full"]);
+        assert_eq!(
+            m.artifacts(),
+            [
+                (Arch::X86_64, Variant::Patched),
+                (Arch::Arm64, Variant::Patched)
+            ]
+        );
+        for b in &m.boots {
+            assert!(b.append.contains("textpoke.kselftest_dirs=all"));
+            // The kernel suites cannot drop out of the document unnoticed.
+            assert!(b
+                .require
+                .iter()
+                .any(|r| r == "textpoke_agent/kernel_suites"));
+            assert_eq!(b.expect, Verdict::Pass);
+        }
+        assert!(m.checks.is_empty());
+    }
+}
