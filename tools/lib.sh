@@ -28,18 +28,27 @@ start_run() {
 step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 
 # timed LANE NAME COMMAND...: runs COMMAND (a program or a function of the script), then records
-# its wall time and exit status as a stage of the run (`textpoke-runner stage`, which appends to
-# the run directory's stages.jsonl) for the stage table of `textpoke-runner report`. LANE names
-# the part of the script that ran it (`main`, or `host` for the host lane beside it). Returns
-# COMMAND's status; a stage that could not be recorded is said on stderr and leaves the run as
-# it is (the table then lacks that row, and only it).
+# its wall time, the CPU time of the processes it ran and its exit status as a stage of the run
+# (`textpoke-runner stage`, which appends to the run directory's stages.jsonl) for the stage
+# table of `textpoke-runner report`. LANE names the part of the script that ran it (`main`, or
+# `host` for the host lane beside it). Returns COMMAND's status; a stage that could not be
+# recorded is said on stderr and leaves the run as it is (the table then lacks that row only).
 timed() {
-	local lane=$1 name=$2 t0 status=0
+	local lane=$1 name=$2 t0 status=0 cpu0 cpu1 times_out
 	shift 2
+	# bash's `times`: its second line is the user and system time of the shell's children that
+	# have ended, whatever they ran (all of a make's compilers). Written to a file: in a
+	# command substitution it would report a new subshell's.
+	times_out=$(mktemp)
+	times >"$times_out"
+	cpu0=$(sed -n 2p "$times_out")
 	t0=$(date +%s.%N)
 	"$@" || status=$?
+	times >"$times_out"
+	cpu1=$(sed -n 2p "$times_out")
+	rm -f "$times_out"
 	"$runner" stage --out "$out" --lane "$lane" --name "$name" --started "$t0" \
-		--ended "$(date +%s.%N)" --status "$status" >&2 ||
+		--ended "$(date +%s.%N)" --cpu-before "$cpu0" --cpu-after "$cpu1" --status "$status" >&2 ||
 		echo "$(basename "$0"): the stage '$name' could not be recorded" >&2
 	return "$status"
 }

@@ -103,6 +103,13 @@ enum Cmd {
         /// When it ended, likewise.
         #[arg(long)]
         ended: f64,
+        /// The second line of bash's `times` before it ran (its children's user and system
+        /// time so far, `0m1.250s 0m0.500s`).
+        #[arg(long, value_name = "TIMES")]
+        cpu_before: String,
+        /// The same line after it ran.
+        #[arg(long, value_name = "TIMES")]
+        cpu_after: String,
         /// Its exit status.
         #[arg(long)]
         status: i32,
@@ -274,19 +281,22 @@ fn main() -> ExitCode {
             name,
             started,
             ended,
+            cpu_before,
+            cpu_after,
             status,
-        } => textpoke_runner::rundir::stages::append(
+        } => record_stage(
             &out,
-            &textpoke_runner::rundir::stages::Stage {
+            textpoke_runner::rundir::stages::Stage {
                 name,
                 lane,
                 started,
                 seconds: ended - started,
+                cpu: None,
                 status,
             },
-        )
-        .map(|()| true)
-        .map_err(Into::into),
+            &cpu_before,
+            &cpu_after,
+        ),
         Cmd::TrapPath { ko } => trap_path(&ko),
         Cmd::EtmObserved { log, work } => etm_observed(&log, &work),
         Cmd::Boot(args) => boot(args),
@@ -401,6 +411,19 @@ fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<(
 
 /// Renders the results of the run directory `dir` (and of the bench report in `bench`); prints
 /// them, or puts them into `readme` and `results`.
+/// Appends `stage` to `out`'s stages, with the CPU time between the two lines of `times`.
+fn record_stage(
+    out: &std::path::Path,
+    mut stage: textpoke_runner::rundir::stages::Stage,
+    cpu_before: &str,
+    cpu_after: &str,
+) -> Result<bool> {
+    use textpoke_runner::rundir::stages::{append, times_seconds};
+    stage.cpu = Some(times_seconds(cpu_after)? - times_seconds(cpu_before)?);
+    append(out, &stage)?;
+    Ok(true)
+}
+
 fn report_results(
     dir: &std::path::Path,
     bench: Option<&std::path::Path>,

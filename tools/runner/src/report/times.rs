@@ -101,8 +101,8 @@ pub fn markdown(t: &Times) -> String {
         out,
         "Where the time went, in seconds from the plan (stages of the two lanes overlap):\n"
     );
-    let _ = writeln!(out, "| stage | lane | from | to | seconds |");
-    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    let _ = writeln!(out, "| stage | lane | from | to | seconds | CPU seconds |");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|");
     let mut rows: Vec<(f64, String)> = t
         .stages
         .iter()
@@ -112,12 +112,13 @@ pub fn markdown(t: &Times) -> String {
             (
                 from,
                 format!(
-                    "| {}{failed} | {} | {} | {} | {} |",
+                    "| {}{failed} | {} | {} | {} | {} | {} |",
                     s.name,
                     s.lane,
                     secs(from),
                     secs(from + s.seconds),
-                    secs(s.seconds)
+                    secs(s.seconds),
+                    s.cpu.map_or_else(String::new, secs)
                 ),
             )
         })
@@ -127,7 +128,7 @@ pub fn markdown(t: &Times) -> String {
         (
             from,
             format!(
-                "| boot {} | boots | {} | {} | {} |",
+                "| boot {} | boots | {} | {} | {} | |",
                 b.name,
                 secs(from),
                 secs(from + b.seconds),
@@ -145,10 +146,13 @@ pub fn markdown(t: &Times) -> String {
         .map(|s| s.started + s.seconds)
         .chain(t.boots.iter().map(|b| b.started + b.seconds))
         .fold(t.start, f64::max);
+    let cpu: f64 = t.stages.iter().filter_map(|s| s.cpu).sum();
     let _ = writeln!(
         out,
-        "\nFrom the plan to the last stage: {} s.",
-        secs(end - t.start)
+        "\nFrom the plan to the last stage: {} s. The stages' CPU seconds (boots not counted, \
+         each at most one core for its wall time): {}.",
+        secs(end - t.start),
+        secs(cpu)
     );
 
     let timed: Vec<&BootTime> = t.boots.iter().filter(|b| !b.groups.is_empty()).collect();
@@ -228,6 +232,7 @@ mod tests {
                 lane: "main".to_owned(),
                 started: 100.0,
                 seconds: 600.0,
+                cpu: Some(1100.0),
                 status: 0,
             }],
             boots: vec![
@@ -247,17 +252,18 @@ mod tests {
         };
         let md = markdown(&t);
         assert!(
-            md.contains("| kernel x86_64 | main | 0 | 600 | 600 |"),
+            md.contains("| kernel x86_64 | main | 0 | 600 | 600 | 1100 |"),
             "{md}"
         );
         assert!(
-            md.contains("| boot x86_64-smp2 | boots | 600 | 900 | 300 |"),
+            md.contains("| boot x86_64-smp2 | boots | 600 | 900 | 300 | |"),
             "{md}"
         );
         assert!(
-            md.contains("From the plan to the last stage: 900 s."),
+            md.contains("From the plan to the last stage: 900 s. The stages' CPU seconds"),
             "{md}"
         );
+        assert!(md.contains("each at most one core for its wall time): 1100."));
         assert!(md.contains("| listener | 20 | 30 | 50 |"), "{md}");
         assert!(md.contains("| scenario | 5 |  | 5 |"), "{md}");
         assert!(

@@ -22,8 +22,27 @@ pub struct Stage {
     pub started: f64,
     /// Its wall time, in seconds.
     pub seconds: f64,
+    /// The user and system time of the processes it ran, in seconds, if the script could tell.
+    #[serde(default)]
+    pub cpu: Option<f64>,
     /// Its exit status.
     pub status: i32,
+}
+
+/// The CPU seconds in a line of bash's `times` (`0m1.250s 0m0.500s`: user, then system).
+pub fn times_seconds(line: &str) -> Result<f64, String> {
+    let one = |t: &str| -> Option<f64> {
+        let (m, s) = t.strip_suffix('s')?.split_once('m')?;
+        Some(m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+    };
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    match parts.as_slice() {
+        [user, system] => Ok(one(user)
+            .zip(one(system))
+            .map(|(u, s)| u + s)
+            .ok_or_else(|| format!("`{line}` is no line of bash's `times`"))?),
+        _ => Err(format!("`{line}` is no line of bash's `times`")),
+    }
 }
 
 /// Seconds since the Unix epoch of `t`.
@@ -82,6 +101,7 @@ mod tests {
             lane: "main".to_owned(),
             started,
             seconds: 2.0,
+            cpu: Some(3.5),
             status: 0,
         };
         append(&dir, &stage("b", 20.0)).unwrap();
@@ -91,5 +111,13 @@ mod tests {
         std::fs::write(rundir::stages(&dir), "{not json}\n").unwrap();
         assert!(read_stages(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn cpu_seconds_from_bash_times() {
+        assert_eq!(times_seconds("1m2.500s 0m0.250s"), Ok(62.75));
+        assert_eq!(times_seconds("0m0.000s 0m0.000s"), Ok(0.0));
+        assert!(times_seconds("0m1.000s").is_err());
+        assert!(times_seconds("1.0 2.0").is_err());
     }
 }
