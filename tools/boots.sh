@@ -27,11 +27,22 @@ step "host: the runner"
 build_runner
 plan "$suite" "$out"
 
-guest_step() { step "guests: building $1 ($2)"; }
-build_guests guest_step
+# The boots start as soon as their guest is built, while the next one builds (as in
+# tools/test.sh).
+artifacts_file=$out/artifacts.list
+: >"$artifacts_file"
+announce() { printf '%s\n' "$1" >>"$artifacts_file"; }
+step "guests: the planned boots, two at a time as their guests are built (logs: $out)"
+"$runner" suite --out "$out" --artifacts-from "$artifacts_file" &
+suite_pid=$!
 
-step "guests: the planned boots, two at a time (logs: $out)"
-"$runner" suite --out "$out" "${artifacts[@]}"
+guest_step() { step "guests: building $1 ($2)"; }
+build_guests guest_step announce
+echo done >>"$artifacts_file"
+
+step "guests: waiting for the boots to end"
+# The suite's own status is the summary's to report (a failed boot is a failed report).
+timed main "waiting for the boots" wait "$suite_pid" || true
 
 step "summary"
 exec "$runner" summary "$out"

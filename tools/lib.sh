@@ -75,20 +75,26 @@ plan() {
 	fi
 }
 
-# build_guests [EACH]: builds each guest of `needed` with tools/guests.sh and sets `artifacts`,
-# the runner's --artifact arguments. EACH, if given, is a command run first with the guest's
-# arch and variant (a step heading). A guest that fails to build is left out, said so: the
-# runner then reports its boots as never run.
+# build_guests [EACH] [ANNOUNCE]: builds each guest of `needed` (its kernel with tools/kernel.sh,
+# then the rest with tools/guests.sh, each a timed stage) and sets `artifacts`, the runner's
+# --artifact arguments. EACH, if given, is a command run first with the guest's arch and variant
+# (a step heading); ANNOUNCE, if given, one run with each built guest's ARCH:VARIANT:KERNEL:INITRD
+# (to start its boots while the next guest builds). A guest that fails to build is left out, said
+# so: the runner then reports its boots as never run.
 build_guests() {
-	local each=${1:-} guest arch variant built
+	local each=${1:-} announce=${2:-} guest arch variant built artifact
 	local -a paths
 	artifacts=()
 	for guest in "${needed[@]}"; do
 		read -r arch variant <<<"$guest"
 		[ -z "$each" ] || "$each" "$arch" "$variant"
-		if built=$(timed main "guest $arch $variant" tools/guests.sh "$arch" "$variant"); then
+		# The kernel alone first, for the stage table (tools/guests.sh finds it up to date).
+		if timed main "kernel $arch $variant" tools/kernel.sh "$arch" "$variant" >/dev/null &&
+			built=$(timed main "guest $arch $variant" tools/guests.sh "$arch" "$variant"); then
 			mapfile -t paths <<<"$built"
-			artifacts+=(--artifact "$arch:$variant:${paths[0]}:${paths[1]}")
+			artifact=$arch:$variant:${paths[0]}:${paths[1]}
+			artifacts+=(--artifact "$artifact")
+			[ -z "$announce" ] || "$announce" "$artifact"
 		else
 			echo "building the $arch $variant guest failed: its boots will be reported as never run" >&2
 		fi

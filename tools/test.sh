@@ -13,15 +13,17 @@
 # 1. host: the workspace's tests (codecs, table, planner, model, record codec, installer,
 #    runner, agent), loom on the pending table, the scripted mutants, a short fuzz run of every
 #    target, clippy and rustfmt;
-# 2. meanwhile, in the foreground: kernels, checkpatch on the kernel patch series, perf built
-#    with the series' cs-etm patch and its synthetic-trace decode, `make
-#    CLIPPY=1` of the modules (production and debug builds) per arch, and the guests. The host
-#    checks are mostly single-threaded (loom, the mutants, the fuzz runs) and so are the
-#    module builds, so the two lanes share the two cores instead of taking turns; the host
-#    lane's output is printed when it ends;
-# 3. guests: the planned boots, two at a time (single-threaded TCG uses one host core each);
+# 2. meanwhile, in the foreground: each guest (its kernel, modules, agent and initramfs), the
+#    x86_64 and arm64 ones first; the planned boots start as soon as their guest is built, two
+#    at a time (single-threaded TCG uses one host core each), while the later guests build;
 #    one log per arch also goes through the kernel's own KTAP parser;
-# 4. the runner's summary.
+# 3. beside the boots: checkpatch on the kernel patch series, perf built with the series'
+#    cs-etm patch and its synthetic-trace decode, `make CLIPPY=1` of the modules (production
+#    and debug builds) per arch. The host checks are mostly single-threaded (loom, the mutants,
+#    the fuzz runs) and so are the module builds, so the lanes share the two cores instead of
+#    taking turns; the host lane's output is printed when it ends;
+# 4. once the boots are over, the CoreSight decode of the arm64 -smp 2 boot's executions, and
+#    the runner's summary. Every stage is timed (`timed`, tools/lib.sh) for the report's table.
 #
 # Exits non-zero if anything failed. Logs stay under the printed directory.
 set -uo pipefail
@@ -116,10 +118,25 @@ step "host checks, in the background (their output follows when they end)"
 host_lane >"$host_log" 2>&1 &
 host_pid=$!
 
+# The boots start as soon as their guest is built, each arch's patched one first, while the
+# later kernels and guests build: the runner reads the guests from a file this script appends
+# to, and runs the planned boots two at a time as their guests come (`suite --artifacts-from`).
+artifacts_file=$out/artifacts.list
+: >"$artifacts_file"
+announce() { printf '%s\n' "$1" >>"$artifacts_file"; }
+step "guests: the planned boots, two at a time as their guests are built (logs: $out)"
+"$runner" suite --out "$out" --artifacts-from "$artifacts_file" \
+	--kunit "$cache/kernel/patched/tools/testing/kunit/kunit.py" &
+suite_pid=$!
+
+guest_step() { step "guests: building $1 ($2)"; }
+build_guests guest_step announce
+echo done >>"$artifacts_file"
+
+# The checks below run beside the boots: the patched kernels are built by now.
 declare -A kdir
 for arch in $arches; do
-	step "kernel: $arch (patched)"
-	kdir[$arch]=$(timed main "kernel $arch" tools/kernel.sh "$arch" | tail -n 1) || kdir[$arch]=
+	kdir[$arch]=$(tools/kernel.sh "$arch" | tail -n 1) || kdir[$arch]=
 done
 
 # checkpatch.pl of the kernel source the patches apply to: every patch --strict clean but for
@@ -203,20 +220,9 @@ for arch in $arches; do
 	check "lint-$arch" "make CLIPPY=1 of the $arch modules" -- lint "$arch"
 done
 
-guest_step() { step "guests: building $1 ($2)"; }
-build_guests guest_step
-
-step "host checks: waiting for them to end"
-host_status=0
-timed main "waiting for the host lane" wait "$host_pid" || host_status=$?
-cat "$host_log"
-if [ "$host_status" -ne 0 ]; then
-	echo "the host lane died (exit $host_status): the checks it did not record count as failed" >&2
-fi
-
-step "guests: the planned boots, two at a time (logs: $out)"
-"$runner" suite --out "$out" "${artifacts[@]}" \
-	--kunit "$cache/kernel/patched/tools/testing/kunit/kunit.py"
+step "guests: waiting for the boots to end"
+# The suite's own status is the summary's to report (a failed boot is a failed report).
+timed main "waiting for the boots" wait "$suite_pid" || true
 
 # The arm64 -smp 2 boot printed what its breakpoint observer saw: traced as an ETM would trace
 # it, the patched perf must decode every execution to its path with the boot's records, and
@@ -228,6 +234,14 @@ if [[ " $arches " == *" arm64 "* ]]; then
 		env TEXTPOKE_PERF="$build/perf/perf" "$runner" etm-observed \
 		--log "$out/arm64-smp2.log" --work "$build/etm-observed"
 	cat "$out/etm-observed.log"
+fi
+
+step "host checks: waiting for them to end"
+host_status=0
+timed main "waiting for the host lane" wait "$host_pid" || host_status=$?
+cat "$host_log"
+if [ "$host_status" -ne 0 ]; then
+	echo "the host lane died (exit $host_status): the checks it did not record count as failed" >&2
 fi
 
 step "summary"

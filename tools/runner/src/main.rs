@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand};
 use textpoke_runner::judge::ktap::Status;
 use textpoke_runner::judge::verdict::{self, Judgement, Verdict};
 use textpoke_runner::plan::manifest::{self, Manifest, PlannedBoot, Suite, Variant};
-use textpoke_runner::plan::run::{self, Artifact, Echo, RunOptions};
+use textpoke_runner::plan::run::{self, Artifact, Artifacts, Echo, RunOptions};
 use textpoke_runner::platform::qemu::{Arch, Outcome};
 use textpoke_runner::report::summary;
 use textpoke_runner::rundir::boot_report;
@@ -53,6 +53,11 @@ enum Cmd {
         /// A built guest, ARCH:VARIANT:KERNEL:INITRD (repeat per guest).
         #[arg(long = "artifact", value_name = "ARCH:VARIANT:KERNEL:INITRD")]
         artifacts: Vec<Artifact>,
+        /// Learn of the guests as they are built instead: FILE gets a line
+        /// ARCH:VARIANT:KERNEL:INITRD per guest and the line `done` after the last, and each
+        /// boot starts once its guest is there.
+        #[arg(long, value_name = "FILE", conflicts_with = "artifacts")]
+        artifacts_from: Option<PathBuf>,
         /// Boots at once.
         #[arg(long, default_value_t = 2)]
         jobs: usize,
@@ -249,13 +254,17 @@ fn main() -> ExitCode {
         Cmd::Suite {
             out,
             artifacts,
+            artifacts_from,
             jobs,
             qemu,
             kunit,
             verbose,
         } => run_suite(
             &out,
-            &artifacts,
+            &match artifacts_from {
+                Some(file) => Artifacts::From(file),
+                None => Artifacts::Given(artifacts),
+            },
             &RunOptions {
                 jobs,
                 qemu,
@@ -342,7 +351,7 @@ fn plan(suite: Suite, arches: Vec<Arch>, out: &std::path::Path) -> Result<bool> 
     Ok(true)
 }
 
-fn run_suite(out: &std::path::Path, artifacts: &[Artifact], opts: &RunOptions) -> Result<bool> {
+fn run_suite(out: &std::path::Path, artifacts: &Artifacts, opts: &RunOptions) -> Result<bool> {
     let manifest = Manifest::read(out)?.ok_or_else(|| {
         format!(
             "{} has no manifest: run `textpoke-runner plan` first",

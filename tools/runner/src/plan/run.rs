@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -411,40 +410,169 @@ pub struct RunOptions {
     pub kunit: Option<PathBuf>,
 }
 
-/// Runs every boot of `manifest` whose artifact is in `artifacts`, `jobs` at a time, and writes
-/// their reports into `out`. A boot without its artifact is not run: the summary, which reads
-/// the manifest, reports it. Returns the reports written, in the manifest's order, and one line
+/// Where [`run`] learns of the built guests.
+#[derive(Clone, Debug)]
+pub enum Artifacts {
+    /// All of them, known from the start.
+    Given(Vec<Artifact>),
+    /// As they are built: a file the build appends a line to per guest, `ARCH:VARIANT:KERNEL:
+    /// INITRD` (what `--artifact` takes), and the line [`ARTIFACTS_DONE`] once no more will
+    /// come. A boot starts as soon as its guest is there, while later guests still build.
+    From(PathBuf),
+}
+
+/// The last line of an artifacts file ([`Artifacts::From`]): every guest that will be built
+/// is named above it.
+pub const ARTIFACTS_DONE: &str = "done";
+
+/// What an artifacts file has said so far: the guests built, and whether it is complete.
+/// Only whole lines count (a line being appended is read again next time); a line that is
+/// neither an artifact nor [`ARTIFACTS_DONE`] is an error.
+pub fn read_artifacts(text: &str) -> Result<(Vec<Artifact>, bool), String> {
+    let mut built = Vec::new();
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let whole = if complete {
+        &lines[..]
+    } else {
+        &lines[..lines.len().saturating_sub(1)]
+    };
+    for line in whole.iter().map(|l| l.trim()).filter(|l| !l.is_empty()) {
+        if line == ARTIFACTS_DONE {
+            return Ok((built, true));
+        }
+        built.push(line.parse::<Artifact>()?);
+    }
+    Ok((built, false))
+}
+
+/// The boots a run has still to start, and what it knows of the guests.
+struct Queue<'a> {
+    manifest: &'a Manifest,
+    source: &'a Artifacts,
+    /// Indices into the manifest's boots not started yet, in the manifest's order.
+    waiting: Vec<usize>,
+    built: BTreeMap<(u8, Variant), Artifact>,
+    /// No more guests will come.
+    done: bool,
+}
+
+/// What a worker does next.
+enum Next {
+    /// Boot the manifest's boot `.0` from `.1`.
+    Boot(usize, Artifact),
+    /// Report boot `.0` as not run: its guest was never built.
+    NotBuilt(usize),
+    /// Nothing to start yet: guests are still being built.
+    Wait,
+    /// Every boot has been started or reported.
+    Finished,
+}
+
+impl Queue<'_> {
+    /// Reads what the source says now.
+    fn refresh(&mut self) -> Result<(), String> {
+        let (built, done) = match self.source {
+            Artifacts::Given(v) => (v.clone(), true),
+            Artifacts::From(path) => {
+                let text = match std::fs::read_to_string(path) {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(e) => return Err(format!("{}: {e}", path.display())),
+                };
+                read_artifacts(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+        };
+        for a in built {
+            self.built.insert((arch_key(a.arch), a.variant), a);
+        }
+        self.done = done;
+        Ok(())
+    }
+
+    fn next(&mut self) -> Next {
+        if let Err(e) = self.refresh() {
+            // A source that cannot be read will never name the rest: report them as not run.
+            eprintln!("textpoke-runner: {e}");
+            self.done = true;
+        }
+        let boots = &self.manifest.boots;
+        let ready = self.waiting.iter().position(|&i| {
+            boots
+                .get(i)
+                .is_some_and(|b| self.built.contains_key(&(arch_key(b.arch), b.variant)))
+        });
+        match ready {
+            Some(p) => {
+                let i = self.waiting.remove(p);
+                match boots
+                    .get(i)
+                    .and_then(|b| self.built.get(&(arch_key(b.arch), b.variant)))
+                {
+                    Some(a) => Next::Boot(i, a.clone()),
+                    None => Next::NotBuilt(i),
+                }
+            }
+            None if self.done => match self.waiting.first() {
+                Some(_) => Next::NotBuilt(self.waiting.remove(0)),
+                None => Next::Finished,
+            },
+            None => Next::Wait,
+        }
+    }
+}
+
+/// How often a worker with nothing to start looks for newly built guests.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Runs every boot of `manifest` whose guest `artifacts` names, `jobs` at a time, each as soon
+/// as its guest is there, in the manifest's order among those ready, and writes their reports
+/// into `out`. A boot whose guest is never built is not run: the summary, which reads the
+/// manifest, reports it. Returns the reports written, in the manifest's order, and one line
 /// per boot for a person.
 pub fn run(
     manifest: &Manifest,
-    artifacts: &[Artifact],
+    artifacts: &Artifacts,
     out: &Path,
     opts: &RunOptions,
 ) -> Vec<Outcome> {
-    let by_key: BTreeMap<(u8, Variant), &Artifact> = artifacts
-        .iter()
-        .map(|a| ((arch_key(a.arch), a.variant), a))
-        .collect();
-    let next = AtomicUsize::new(0);
+    let queue = Mutex::new(Queue {
+        manifest,
+        source: artifacts,
+        waiting: (0..manifest.boots.len()).collect(),
+        built: BTreeMap::new(),
+        done: false,
+    });
     // With each outcome, its boot's place in the manifest, for a stable order.
     let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..opts.jobs.max(1) {
             s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(b) = manifest.boots.get(i) else {
-                    return;
+                let next = queue.lock().unwrap().next();
+                let (i, artifact) = match next {
+                    Next::Boot(i, a) => (i, a),
+                    Next::Wait => {
+                        std::thread::sleep(POLL);
+                        continue;
+                    }
+                    Next::Finished => return,
+                    Next::NotBuilt(i) => {
+                        let Some(b) = manifest.boots.get(i) else {
+                            continue;
+                        };
+                        let why = format!("not run: no {} {} guest was built", b.arch, b.variant);
+                        println!("SKIPPED {}: {why}", b.name);
+                        results
+                            .lock()
+                            .unwrap()
+                            .push((i, (b.name.clone(), Err(why))));
+                        continue;
+                    }
                 };
-                let Some(artifact) = by_key.get(&(arch_key(b.arch), b.variant)) else {
-                    let why = format!("not run: no {} {} guest was built", b.arch, b.variant);
-                    println!("SKIPPED {}: {why}", b.name);
-                    results
-                        .lock()
-                        .unwrap()
-                        .push((i, (b.name.clone(), Err(why))));
+                let Some(b) = manifest.boots.get(i) else {
                     continue;
                 };
-                let r = boot(b, artifact, out, opts.qemu.as_deref(), false, opts.echo);
+                let r = boot(b, &artifact, out, opts.qemu.as_deref(), false, opts.echo);
                 if let Ok(report) = &r {
                     println!("{}", summary_line(report));
                 }
@@ -555,6 +683,74 @@ mod tests {
         }
         assert!("riscv:patched:/k:/i".parse::<Artifact>().is_err());
         assert!("arm64:patched:/k".parse::<Artifact>().is_err());
+    }
+
+    #[test]
+    fn an_artifacts_file_is_read_by_whole_lines_up_to_done() {
+        let x86 = "x86_64:patched:/k/bzImage:/i/x86.cpio";
+        let arm = "arm64:patched:/k/Image:/i/arm.cpio";
+        // Nothing yet, then a line being written, then one whole line.
+        assert_eq!(read_artifacts(""), Ok((Vec::new(), false)));
+        assert_eq!(read_artifacts("x86_64:pat"), Ok((Vec::new(), false)));
+        let (built, done) = read_artifacts(&format!("{x86}\n{arm}")).unwrap();
+        assert_eq!((built.len(), done), (1, false));
+        let (built, done) = read_artifacts(&format!("{x86}\n{arm}\ndone\n")).unwrap();
+        assert_eq!((built.len(), done), (2, true));
+        assert_eq!(built[1].arch, Arch::Arm64);
+        assert!(read_artifacts("what is this\n").is_err());
+    }
+
+    #[test]
+    fn boots_start_as_their_guests_come_in_the_manifests_order() {
+        let manifest = crate::plan::manifest::plan(
+            crate::plan::manifest::Suite::Test,
+            &[Arch::X86_64, Arch::Arm64],
+        );
+        let dir = std::env::temp_dir().join(format!("textpoke-queue-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("artifacts");
+        let source = Artifacts::From(file.clone());
+        let mut q = Queue {
+            manifest: &manifest,
+            source: &source,
+            waiting: (0..manifest.boots.len()).collect(),
+            built: BTreeMap::new(),
+            done: false,
+        };
+        let name = |n: &Next| match n {
+            Next::Boot(i, _) => format!("boot {}", manifest.boots[*i].name),
+            Next::NotBuilt(i) => format!("not built {}", manifest.boots[*i].name),
+            Next::Wait => "wait".to_owned(),
+            Next::Finished => "finished".to_owned(),
+        };
+        // No file yet: wait.
+        assert_eq!(name(&q.next()), "wait");
+        std::fs::write(&file, "arm64:patched:/k/Image:/i/arm.cpio\n").unwrap();
+        assert_eq!(name(&q.next()), "boot arm64-smp2");
+        assert_eq!(name(&q.next()), "boot arm64-smp4");
+        assert_eq!(name(&q.next()), "boot harness-foreign-brk");
+        assert_eq!(name(&q.next()), "boot harness-foreign-brk-swallowed");
+        assert_eq!(name(&q.next()), "wait");
+        std::fs::write(
+            &file,
+            "arm64:patched:/k/Image:/i/arm.cpio\nx86_64:patched:/k/bzImage:/i/x.cpio\ndone\n",
+        )
+        .unwrap();
+        // The x86 patched boots, then every boot whose guest never came, then the end.
+        let mut rest = Vec::new();
+        loop {
+            let n = q.next();
+            if matches!(n, Next::Finished) {
+                break;
+            }
+            rest.push(name(&n));
+        }
+        assert_eq!(rest.first().map(String::as_str), Some("boot x86_64-smp2"));
+        assert!(rest.contains(&"not built x86_64-mitigations".to_owned()));
+        assert!(rest.contains(&"not built harness-no-series".to_owned()));
+        // Four arm64 boots started before; every other boot once, booted or not built.
+        assert_eq!(rest.len() + 4, manifest.boots.len());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
