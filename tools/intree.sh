@@ -91,6 +91,6 @@ initramfs=$work/initramfs.cpio
 	"$build/cargo-guest/$triple/guest/textpoke-agent" "$initramfs" --kernel-tree "$work/src/$obj" >&2
 "$build/cargo-host/release/textpoke-runner" boot --name "intree-$arch" --arch "$arch" \
 	--kernel "$work/src/$obj/$image" --initrd "$initramfs" --out "$cache/runs/intree" --smp 2 \
-	--append "textpoke.mode=test textpoke.controls=0" \
+	--append "textpoke.mode=test textpoke.groups=scenario_one_poker,scenario_concurrent_pokers,scenario_observed,real_perf,bad_input,outsider,kernel_patching,cpu_hotplug,listener" \
 	--require textpoke_selftest textpoke_agent
 echo "[intree $arch] the in-tree build of arch/$srcarch booted and passed" >&2

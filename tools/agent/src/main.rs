@@ -44,8 +44,8 @@ mod scenarios;
 
 use scenarios::scenario::{self, region, Evidence, SCENARIOS};
 use scenarios::{
-    badinput, controls, hotplug, kernel_patching, kselftest, listener, observed, outsider, plan,
-    stress,
+    badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, observed, outsider,
+    plan, stress,
 };
 
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
@@ -165,16 +165,31 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
 }
 
 fn test_suite(ktap: &mut Ktap) {
-    let controls = sys::cmdline_param("textpoke.controls").as_deref() != Some("0");
-    // The kernel's own suites (`textpoke.kselftest=1`: the boots the runner plans them for).
-    let suites = sys::cmdline_param("textpoke.kselftest").as_deref() == Some("1");
-    let plan = plan::Plan::test(controls, suites);
-    if !controls {
-        log("textpoke.controls=0: this boot plans no negative_controls group");
-    }
+    // The groups this boot runs, as the runner planned them (`textpoke.groups=`).
+    let asked = match groups::asked(sys::cmdline_param("textpoke.groups").as_deref()) {
+        Ok(asked) => asked,
+        Err(e) => {
+            log(&e);
+            let not_run = Case::fail("textpoke_selftest", "not run: the command line is wrong");
+            print_document(
+                ktap,
+                not_run,
+                "textpoke_agent",
+                vec![Case::fail("groups_asked", e)],
+            );
+            return;
+        }
+    };
+    let runs = |name: &str| asked.iter().any(|g| g.name == name);
+    log(&format!(
+        "groups: {}",
+        asked.iter().map(|g| g.name).collect::<Vec<_>>().join(" ")
+    ));
+    let plan = plan::Plan::test(&asked);
     let mut cases = Vec::new();
     // On the stock path first, before textpoke is ever loaded.
-    let kernel_suites = suites.then(|| timed("kernel_suites_stock", kselftest::stock));
+    let kernel_suites =
+        runs("kernel_suites").then(|| timed("kernel_suites_stock", kselftest::stock));
     let (loaded, selftest) = timed("load_textpoke", || load_textpoke(""));
     cases.push(Case::check(
         "load_textpoke",
@@ -197,7 +212,7 @@ fn test_suite(ktap: &mut Ktap) {
                 }
             };
             let cpus = sys::online_cpus().map_or(0, |c| c.len());
-            for (name, spec, min_trapped) in SCENARIOS {
+            for (name, spec, min_trapped) in SCENARIOS.iter().filter(|s| runs(s.0)) {
                 cases.push(timed(name, || match scenario::Shape::parse(spec) {
                     Ok(shape) => {
                         let traps = scenario::TrapsWanted::for_spec(*min_trapped, &shape, cpus);
@@ -206,25 +221,39 @@ fn test_suite(ktap: &mut Ktap) {
                     Err(e) => Case::fail(*name, e),
                 }));
             }
-            cases.push(timed("scenario_observed", || {
-                observed::case(&sites, &kcore)
-            }));
-            cases.extend(timed("real_perf", || {
-                real_perf_cases(SCENARIOS[0].1, &sites, &kcore)
-            }));
-            cases.push(timed("bad_input", || badinput::cases(&sites, &kcore)));
-            cases.push(timed("outsider", || outsider::cases(&sites, &kcore)));
+            if runs("scenario_observed") {
+                cases.push(timed("scenario_observed", || {
+                    observed::case(&sites, &kcore)
+                }));
+            }
+            if runs("real_perf") {
+                cases.extend(timed("real_perf", || {
+                    real_perf_cases(SCENARIOS[0].1, &sites, &kcore)
+                }));
+            }
+            if runs("bad_input") {
+                cases.push(timed("bad_input", || badinput::cases(&sites, &kcore)));
+            }
+            if runs("outsider") {
+                cases.push(timed("outsider", || outsider::cases(&sites, &kcore)));
+            }
             if let Some(stock) = &kernel_suites {
                 cases.push(timed("kernel_suites", || {
                     kselftest::with_textpoke(stock, &kcore)
                 }));
             }
-            cases.push(timed("kernel_patching", || kernel_patching::cases(&kcore)));
-            cases.push(timed("cpu_hotplug", || hotplug::cases(&sites, &kcore)));
-            cases.push(timed("listener", || {
-                listener::cases(&sites, &kcore, &mut listening)
-            }));
-            if controls {
+            if runs("kernel_patching") {
+                cases.push(timed("kernel_patching", || kernel_patching::cases(&kcore)));
+            }
+            if runs("cpu_hotplug") {
+                cases.push(timed("cpu_hotplug", || hotplug::cases(&sites, &kcore)));
+            }
+            if runs("listener") {
+                cases.push(timed("listener", || {
+                    listener::cases(&sites, &kcore, &mut listening)
+                }));
+            }
+            if runs("negative_controls") {
                 // Each control records, or runs with nobody listening on purpose.
                 listening = None;
                 cases.push(timed("negative_controls", || controls::cases(&kcore)));

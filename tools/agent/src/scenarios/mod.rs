@@ -2,12 +2,14 @@
 //! with its evidence and judgement ([`scenario`]), the groups of the test suite built on it
 //! (the observed scenario, bad input, the outsider, the kernel's own suites and patching,
 //! hotplug, the listener, the negative controls), the unload-stress mode ([`stress`], with the
-//! injected faults of [`faults`]) and the boot's plan of top-level cases ([`plan`]). They
+//! injected faults of [`faults`]), the groups a test boot may run ([`groups`], which the runner
+//! shares) and the boot's plan of top-level cases ([`plan`]). They
 //! stand on the library (`textpoke_agent`) and on one another, never on the binary's root.
 
 pub mod badinput;
 pub mod controls;
 pub mod faults;
+pub mod groups;
 pub mod hotplug;
 pub mod kernel_patching;
 pub mod kselftest;

@@ -3,6 +3,7 @@
 //! that never ran is printed as failing, with a reason; a case that ran unplanned is printed
 //! too, and fails the plan's own case.
 
+use crate::scenarios::groups::Group;
 use textpoke_agent::report::ktap::Case;
 
 /// A top-level case of the `textpoke_agent` suite.
@@ -77,6 +78,24 @@ impl Planned {
     }
 }
 
+impl Planned {
+    /// The cases a group may add, each once, in document order.
+    const IN_GROUPS: [Self; 12] = [
+        Self::Scenario(0),
+        Self::Scenario(1),
+        Self::ScenarioObserved,
+        Self::RealPerfRecordsMatchText,
+        Self::RealPerfSeesKernelFtracePokes,
+        Self::BadInput,
+        Self::Outsider,
+        Self::KernelSuites,
+        Self::KernelPatching,
+        Self::CpuHotplug,
+        Self::Listener,
+        Self::NegativeControls,
+    ];
+}
+
 /// The cases a boot plans, in document order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -88,32 +107,21 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// `textpoke.mode=test`; `controls` says whether the boot runs the negative controls
-    /// (`textpoke.controls=0` turns them off: the KASAN boots), `kernel_suites` whether it runs
-    /// the kernel's own suites (`textpoke.kselftest=1`: one boot per arch).
-    pub fn test(controls: bool, kernel_suites: bool) -> Self {
+    /// `textpoke.mode=test` with `groups` (see [`crate::scenarios::groups`]): the setup cases,
+    /// each group's cases in document order, then the unloading and the stock path after it.
+    /// [`Planned::IN_GROUPS`] and the group list must agree (a unit test holds them to it): a
+    /// group's case that is none of those would be left out of the plan.
+    pub fn test(groups: &[&Group]) -> Self {
         let mut cases = vec![
             Planned::LoadTextpoke,
             Planned::LoadExerciser,
             Planned::SitesListed,
         ];
-        cases.extend((0..crate::scenarios::scenario::SCENARIOS.len()).map(Planned::Scenario));
-        cases.extend([
-            Planned::ScenarioObserved,
-            Planned::RealPerfRecordsMatchText,
-            Planned::RealPerfSeesKernelFtracePokes,
-            Planned::BadInput,
-            Planned::Outsider,
-        ]);
-        if kernel_suites {
-            cases.push(Planned::KernelSuites);
-        }
-        cases.push(Planned::KernelPatching);
-        cases.push(Planned::CpuHotplug);
-        cases.push(Planned::Listener);
-        if controls {
-            cases.push(Planned::NegativeControls);
-        }
+        cases.extend(
+            Planned::IN_GROUPS
+                .into_iter()
+                .filter(|p| groups.iter().any(|g| g.cases.contains(&p.name()))),
+        );
         cases.extend([
             Planned::UnloadRefusedMidUpdate,
             Planned::Unload,
@@ -206,19 +214,34 @@ mod tests {
     }
 
     #[test]
-    fn the_test_plan_depends_on_the_controls_and_suites_switches_only() {
-        let with = Plan::test(true, false);
-        let without = Plan::test(false, false);
-        assert!(with.cases.contains(&Planned::NegativeControls));
-        assert!(!without.cases.contains(&Planned::NegativeControls));
-        assert_eq!(with.cases.len(), without.cases.len() + 1);
-        let suites = Plan::test(true, true);
-        assert!(suites.cases.contains(&Planned::KernelSuites));
-        assert!(!with.cases.contains(&Planned::KernelSuites));
-        assert_eq!(suites.cases.len(), with.cases.len() + 1);
-        assert_eq!(with.cases.first().map(|c| c.name()), Some("load_textpoke"));
+    fn the_test_plan_is_the_groups_asked_for_between_setup_and_unload() {
+        use crate::scenarios::groups::{self, GROUPS};
+        let all: Vec<&groups::Group> = GROUPS.iter().collect();
+        let full = Plan::test(&all);
+        // Every case of every group is planned, once, and nothing else between the setup and
+        // the unloading: the group list and the agent's cases agree.
+        let middle: Vec<&str> = full.cases[3..full.cases.len() - 3]
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        let listed: Vec<&str> = GROUPS
+            .iter()
+            .flat_map(|g| g.cases.iter().copied())
+            .collect();
+        assert_eq!(middle, listed);
+        assert_eq!(full.cases.first().map(|c| c.name()), Some("load_textpoke"));
+        assert_eq!(
+            full.cases.last().map(|c| c.name()),
+            Some("stock_after_unload")
+        );
+        // One group: its cases alone between the setup and the unloading.
+        let real_perf = groups::asked(Some("real_perf")).unwrap();
+        let one = Plan::test(&real_perf);
+        assert_eq!(one.cases.len(), 6 + 2);
+        assert!(one.cases.contains(&Planned::RealPerfSeesKernelFtracePokes));
         for (i, s) in crate::scenarios::scenario::SCENARIOS.iter().enumerate() {
             assert_eq!(Planned::Scenario(i).name(), s.0);
+            assert!(groups::group(s.0).is_some(), "{} is no group", s.0);
         }
     }
 

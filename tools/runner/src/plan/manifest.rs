@@ -18,6 +18,10 @@ use crate::judge::verdict::Verdict;
 use crate::platform::qemu::Arch;
 use crate::rundir::layout as rundir;
 
+/// The groups of a test boot's document, as the agent defines them: one list for both sides.
+#[path = "../../../agent/src/scenarios/groups.rs"]
+pub mod agent_groups;
+
 /// What a make target runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -222,6 +226,72 @@ impl Manifest {
     }
 }
 
+/// Which groups of the agent's document (`agent_groups::GROUPS`) a test boot runs, by what only
+/// that boot can show. Each arch's `-smp 2` boot runs every group: the kernel's own suites and
+/// the negative controls (checks of the checks) run there only, and every other group at least
+/// there. The other boots repeat only what their difference can change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// `{arch}-smp2`: every group.
+    Full,
+    /// `{arch}-smp4`: what more CPUs can change: every CPU synchronized, trapping and executing
+    /// at once. The scenarios (concurrent pokers, executors on every CPU), the observed
+    /// scenario, the kernel's own patching (its batches and syncs), CPU hotplug (more CPUs to
+    /// take down under a batch) and the listener (starts mid-storm, records on every CPU's
+    /// buffer). Not the bad input and the outsider's refusals (checks of arguments, before any
+    /// CPU is involved), Debian's perf (the same records, read by the same tool), nor the
+    /// controls.
+    MoreCpus,
+    /// `x86_64-mitigations`: what a distribution's config and compiler change: the text. Every
+    /// group that writes, emulates or reads instructions of the kernel's or a module's text
+    /// built with IBT, return thunks and retpolines by clang 19: the scenarios and the observed
+    /// one, the bad input (its return-thunk case exists only here), the outsider (registering
+    /// over the kernel's own sites in that text), the kernel's own patching and Debian's perf
+    /// against its text. Not hotplug, the listener or the controls, whose subject is timing
+    /// and the checks themselves, not the instructions.
+    OtherText,
+    /// The KASAN and lockdep boots (`make test-debug`): textpoke's own code under the memory
+    /// and lock checkers, so every group that runs it, but the controls (checks of the checks,
+    /// each reloading the modules, in `make test`) and the kernel's suites (`-smp 2`).
+    Checked,
+    /// `make test-full`'s boot: the -smp 2 boot's groups with all of ftracetest.
+    Ftracetest,
+}
+
+impl Role {
+    /// The names of the groups a boot of this role runs, in document order.
+    fn groups(self) -> Vec<&'static str> {
+        let none: &[&str] = match self {
+            Self::Full => &[],
+            Self::MoreCpus => &[
+                "real_perf",
+                "bad_input",
+                "outsider",
+                "kernel_suites",
+                "negative_controls",
+            ],
+            Self::OtherText => &[
+                "cpu_hotplug",
+                "listener",
+                "kernel_suites",
+                "negative_controls",
+            ],
+            Self::Checked => &["kernel_suites", "negative_controls"],
+            Self::Ftracetest => &["negative_controls"],
+        };
+        agent_groups::GROUPS
+            .iter()
+            .map(|g| g.name)
+            .filter(|g| !none.contains(g))
+            .collect()
+    }
+
+    /// `textpoke.groups=...` for a boot of this role.
+    fn append(self) -> String {
+        format!(" textpoke.groups={}", self.groups().join(","))
+    }
+}
+
 /// The suites every test boot's single KTAP document must contain.
 const TEST_SUITES: [&str; 2] = ["textpoke_selftest", "textpoke_agent"];
 
@@ -304,7 +374,8 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 );
                 suite.variant = Variant::Kasan;
                 suite.timeout = 1800;
-                suite.append.push_str(" textpoke.controls=0 ");
+                suite.append.push_str(&Role::Checked.append());
+                suite.append.push(' ');
                 suite.append.push_str(KASAN_APPEND);
                 boots.push(suite);
                 let mut stress = guest(
@@ -335,9 +406,8 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                     "test",
                     "textpoke_agent",
                 );
-                full.append.push_str(
-                    " textpoke.kselftest=1 textpoke.kselftest_dirs=all textpoke.controls=0",
-                );
+                full.append.push_str(&Role::Ftracetest.append());
+                full.append.push_str(" textpoke.kselftest_dirs=all");
                 full.timeout = 4 * 3600;
                 boots.push(full);
             }
@@ -353,7 +423,7 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // One log per arch goes through the kernel's own KTAP parser too, and the
                 // kernel's own test suites run once per arch, with and without textpoke.
                 smp2.kunit_check = true;
-                smp2.append.push_str(" textpoke.kselftest=1");
+                smp2.append.push_str(&Role::Full.append());
                 // The arm64 one prints the observer's executions, which the host check
                 // ETM_OBSERVED turns into a CoreSight trace for perf to decode.
                 if arch == Arch::Arm64 {
@@ -362,14 +432,16 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                 // The kernel's suites run twice in it: minutes more than the other boots.
                 smp2.timeout = 1800;
                 boots.push(smp2);
-                boots.push(guest(
+                let mut smp4 = guest(
                     arch,
                     &format!("{arch}-smp4"),
                     4,
                     2048,
                     "test",
                     "textpoke_agent",
-                ));
+                );
+                smp4.append.push_str(&Role::MoreCpus.append());
+                boots.push(smp4);
             }
             Suite::Run => boots.push(guest(
                 arch,
@@ -409,6 +481,7 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             "textpoke_agent",
         );
         mitigations.variant = Variant::Mitigations;
+        mitigations.append.push_str(&Role::OtherText.append());
         // The agent then asks for the bad-input case that only such a kernel has, so that it
         // cannot vanish unnoticed (tools/agent/src/scenarios/badinput.rs).
         mitigations.append.push_str(" textpoke.return_thunks=1");
@@ -494,22 +567,27 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
     }
 }
 
-/// The agent's groups that a test boot's command line asks for, as paths the boot's document
-/// must hold: the agent plans its cases from the same command line (tools/agent/src/scenarios/plan.rs),
-/// so a group it was asked for and left out of its plan, or a boot whose arguments lost the
-/// request, fails the boot by name instead of shrinking its count.
+/// The agent's cases that a test boot's command line asks for (`textpoke.groups=`, or the
+/// agent's default without it), as paths the boot's document must hold: the agent plans its
+/// cases from the same command line and the same list of groups
+/// (tools/agent/src/scenarios/groups.rs), so a group it was asked for and left out of its
+/// plan, or a boot whose arguments lost the request, fails the boot by name instead of
+/// shrinking its count. A list the agent would refuse is planned as a case that cannot exist,
+/// so that the boot fails.
 fn groups_asked(append: &str) -> Vec<String> {
     let args: Vec<&str> = append.split_whitespace().collect();
-    let mut groups = Vec::new();
-    if args.contains(&"textpoke.mode=test") {
-        if !args.contains(&"textpoke.controls=0") {
-            groups.push("textpoke_agent/negative_controls".to_owned());
-        }
-        if args.contains(&"textpoke.kselftest=1") {
-            groups.push("textpoke_agent/kernel_suites".to_owned());
-        }
+    if !args.contains(&"textpoke.mode=test") {
+        return Vec::new();
     }
-    groups
+    let value = args.iter().find_map(|a| a.strip_prefix("textpoke.groups="));
+    match agent_groups::asked(value) {
+        Ok(groups) => groups
+            .iter()
+            .flat_map(|g| g.cases.iter())
+            .map(|c| format!("textpoke_agent/{c}"))
+            .collect(),
+        Err(e) => vec![format!("textpoke_agent/groups_asked: {e}")],
+    }
 }
 
 /// The host checks of `make test`, recorded by tools/test.sh with `textpoke-runner record`.
@@ -568,10 +646,9 @@ mod tests {
             .find(|b| b.variant == Variant::Mitigations)
             .unwrap();
         assert_eq!((mitigations.arch, mitigations.smp), (Arch::X86_64, 2));
-        assert_eq!(
-            mitigations.require,
-            [TEST_SUITES[0], TEST_SUITES[1], CONTROLS]
-        );
+        assert!(mitigations
+            .require
+            .contains(&"textpoke_agent/bad_input".to_owned()));
         assert!(mitigations.append.contains("textpoke.return_thunks=1"));
         let expected = m.expected_reports();
         let named = |source| {
@@ -625,6 +702,55 @@ mod tests {
 
     const CONTROLS: &str = "textpoke_agent/negative_controls";
 
+    /// The groups a boot's command line asks for.
+    fn groups_of(b: &PlannedBoot) -> Vec<&str> {
+        let arg = b
+            .append
+            .split_whitespace()
+            .find_map(|a| a.strip_prefix("textpoke.groups="))
+            .unwrap_or_default();
+        arg.split(',').filter(|g| !g.is_empty()).collect()
+    }
+
+    #[test]
+    fn every_group_is_planned_in_a_boot_of_each_arch_and_the_full_one_runs_all() {
+        let all: Vec<&str> = agent_groups::GROUPS.iter().map(|g| g.name).collect();
+        let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
+        for arch in [Arch::X86_64, Arch::Arm64] {
+            let mut planned: Vec<&str> = m
+                .boots
+                .iter()
+                .filter(|b| b.arch == arch && b.append.contains("textpoke.mode=test"))
+                .flat_map(groups_of)
+                .collect();
+            planned.sort_unstable();
+            planned.dedup();
+            let mut want = all.clone();
+            want.sort_unstable();
+            assert_eq!(planned, want, "{arch}");
+            let full = m.boots.iter().find(|b| b.name == format!("{arch}-smp2"));
+            assert_eq!(full.map(groups_of), Some(all.clone()), "{arch}-smp2");
+        }
+        // The smp4 and mitigations boots each run fewer, and only what their difference can
+        // change; the controls and the kernel's suites run in the -smp 2 boots alone.
+        for b in m.boots.iter().filter(|b| !b.name.ends_with("-smp2")) {
+            let g = groups_of(b);
+            assert!(
+                !g.contains(&"negative_controls") && !g.contains(&"kernel_suites"),
+                "{}",
+                b.name
+            );
+        }
+        let smp4 = groups_of(m.boots.iter().find(|b| b.name == "x86_64-smp4").unwrap());
+        assert!(smp4.contains(&"listener") && smp4.contains(&"cpu_hotplug"));
+        let mitigations = m
+            .boots
+            .iter()
+            .find(|b| b.name == "x86_64-mitigations")
+            .unwrap();
+        assert!(groups_of(mitigations).contains(&"bad_input"));
+    }
+
     #[test]
     fn a_group_the_command_line_asks_for_cannot_vanish() {
         use crate::judge::verdict::{self, Verdict};
@@ -632,26 +758,58 @@ mod tests {
         let m = plan(Suite::Test, &[Arch::X86_64, Arch::Arm64]);
         let boot = |name: &str| m.boots.iter().find(|b| b.name == name).unwrap().clone();
         for name in ["x86_64-smp2", "arm64-smp2"] {
-            let want = [
-                TEST_SUITES[0],
-                TEST_SUITES[1],
-                CONTROLS,
-                "textpoke_agent/kernel_suites",
-            ];
-            assert_eq!(boot(name).require, want, "{name}");
+            let b = boot(name);
+            // Every case of every group, each required by name.
+            let want: Vec<String> = TEST_SUITES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(
+                    agent_groups::GROUPS
+                        .iter()
+                        .flat_map(|g| g.cases.iter())
+                        .map(|c| format!("textpoke_agent/{c}")),
+                )
+                .collect();
+            assert_eq!(b.require, want, "{name}");
         }
-        assert!(boot("x86_64-smp4").require.contains(&CONTROLS.to_owned()));
-        // The KASAN boots are told not to run the controls, and are not asked for them.
+        assert!(!boot("x86_64-smp4").require.contains(&CONTROLS.to_owned()));
+        assert!(boot("x86_64-smp4")
+            .require
+            .contains(&"textpoke_agent/listener".to_owned()));
+        // The KASAN boots are not asked for the controls.
         let debug = plan(Suite::TestDebug, &[Arch::X86_64]);
-        assert_eq!(debug.boots[0].require, TEST_SUITES);
-        // A document that planned no controls (its command line lost the request) fails by name.
-        let log = "KTAP version 1\n1..2\n    KTAP version 1\n    1..1\n    ok 1 a\nok 1 textpoke_selftest\n    KTAP version 1\n    1..1\n    ok 1 scenario\nok 2 textpoke_agent\n";
-        let j = verdict::judge(log, &Outcome::Exited(0), &boot("x86_64-smp4").require);
-        assert_eq!(j.verdict, Verdict::MissingKtap, "{}", j.reason);
-        assert!(j.reason.contains(CONTROLS), "{}", j.reason);
-        let with = log.replace("ok 1 scenario", "ok 1 negative_controls");
-        let j = verdict::judge(&with, &Outcome::Exited(0), &boot("x86_64-smp4").require);
+        assert!(!debug.boots[0].require.contains(&CONTROLS.to_owned()));
+        assert!(debug.boots[0]
+            .require
+            .contains(&"textpoke_agent/kernel_patching".to_owned()));
+        // A document that planned no listener group (its command line lost the request) fails
+        // by name.
+        let smp4 = boot("x86_64-smp4");
+        let cases: Vec<String> = smp4
+            .require
+            .iter()
+            .filter_map(|r| r.strip_prefix("textpoke_agent/"))
+            .map(str::to_owned)
+            .collect();
+        let doc = |cases: &[String]| {
+            let mut log = "KTAP version 1\n1..2\n    KTAP version 1\n    1..1\n    ok 1 a\nok 1 textpoke_selftest\n".to_owned();
+            log.push_str(&format!("    KTAP version 1\n    1..{}\n", cases.len()));
+            for (i, c) in cases.iter().enumerate() {
+                log.push_str(&format!("    ok {} {c}\n", i + 1));
+            }
+            log.push_str("ok 2 textpoke_agent\n");
+            log
+        };
+        let j = verdict::judge(&doc(&cases), &Outcome::Exited(0), &smp4.require);
         assert_eq!(j.verdict, Verdict::Pass, "{}", j.reason);
+        let without: Vec<String> = cases.iter().filter(|c| *c != "listener").cloned().collect();
+        let j = verdict::judge(&doc(&without), &Outcome::Exited(0), &smp4.require);
+        assert_eq!(j.verdict, Verdict::MissingKtap, "{}", j.reason);
+        assert!(j.reason.contains("textpoke_agent/listener"), "{}", j.reason);
+        // A list the agent would refuse cannot pass either.
+        assert!(groups_asked("textpoke.mode=test textpoke.groups=nonsense")
+            .iter()
+            .any(|r| r.contains("groups_asked")));
     }
 
     #[test]
@@ -735,7 +893,10 @@ mod tests {
             .all(|b| b.smp == 4 && b.expect == Verdict::Pass));
         assert_eq!(
             m.boots[0].append,
-            format!("textpoke.mode=test textpoke.controls=0 {KASAN_APPEND}")
+            format!(
+                "textpoke.mode=test{} {KASAN_APPEND}",
+                Role::Checked.append()
+            )
         );
         assert_eq!(
             m.boots[1].append,
