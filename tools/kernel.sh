@@ -26,8 +26,9 @@
 #                               object trees of the variants built from the patched source
 #   kernel/unpatched/           pristine source, and build-x86_64 for the negative check
 #
-# A build is keyed on a hash of (source version, patches, config fragments, this recipe's
-# version). An unchanged key does nothing; a changed one rebuilds incrementally: patches are
+# A build is keyed on a hash of (source version, patches, the options the config fragments set,
+# this recipe's version): a fragment's comments, which say why an option is there, are not part
+# of it, so rewording one rebuilds nothing. An unchanged key does nothing; a changed one rebuilds incrementally: patches are
 # reverse-applied and re-applied, and the files whose contents that left as they were get their
 # old times back, so only the files a new series changes look new; and the config is
 # regenerated in place so Kbuild recompiles only what changed. A fragment's option that
@@ -41,7 +42,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TEXTPOKE_CACHE:-$HOME/.cache/textpoke}
 tarball=/usr/src/linux-source-6.12.tar.xz
 # Bump when the way a kernel is produced changes in a way the inputs below do not show.
-recipe=4
+recipe=5
 export PATH="$HOME/.cargo/bin:$PATH"
 
 start=$(date +%s)
@@ -88,7 +89,8 @@ fragments=("$top/tools/kconfig/common.config" "$top/tools/kconfig/$arch.config" 
 key=$( {
 	echo "recipe $recipe source $src_version variant $variant arch $arch llvm $llvm"
 	[ "$source" = patched ] && cat "${patches[@]}"
-	cat "${fragments[@]}"
+	# The options alone, `# CONFIG_X is not set` included.
+	grep -hE '^(CONFIG_|# CONFIG_[A-Z0-9_]+ is not set)' "${fragments[@]}"
 } | sha256sum | cut -c1-16)
 
 srcdir=$cache/kernel/$source
