@@ -196,15 +196,20 @@ fn test_suite(ktap: &mut Ktap) {
         loaded.is_ok(),
         format!("{loaded:?}"),
     ));
-    let ex = loaded.and_then(|()| load("textpoke_exerciser", ""));
+    let ex = timed("load_exerciser", || {
+        loaded.and_then(|()| load("textpoke_exerciser", ""))
+    });
     cases.push(Case::check("load_exerciser", ex.is_ok(), format!("{ex:?}")));
-    let setup = ex.and_then(|()| sites_and_kcore());
+    let setup = timed("sites_listed", || ex.and_then(|()| sites_and_kcore()));
     match setup {
         Ok((sites, kcore)) => {
             cases.push(Case::pass("sites_listed").with_log(format!("{} sites", sites.len())));
             // A listener for the whole suite, as on a traced machine: textpoke guards and
             // records. The listener group closes it for its own checks.
-            let mut listening = match textpoke_agent::platform::perf::Listener::open() {
+            let mut listening = match timed(
+                "suite_listener",
+                textpoke_agent::platform::perf::Listener::open,
+            ) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     log(&format!("opening the suite's listener: {e}"));
@@ -262,7 +267,10 @@ fn test_suite(ktap: &mut Ktap) {
             let unloaded = sys::unload_module("textpoke_exerciser");
             match &unloaded {
                 // textpoke alone now: only the kernel's pin can keep it loaded.
-                Ok(()) => cases.push(kernel_patching::unload_refused_mid_update()),
+                Ok(()) => cases.push(timed(
+                    "unload_refused_mid_update",
+                    kernel_patching::unload_refused_mid_update,
+                )),
                 Err(e) => cases.push(Case::fail(
                     "unload_refused_mid_update",
                     format!("the exerciser did not unload, so textpoke is not alone: {e}"),
