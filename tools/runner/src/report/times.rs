@@ -146,7 +146,11 @@ pub fn markdown(t: &Times) -> String {
         .map(|s| s.started + s.seconds)
         .chain(t.boots.iter().map(|b| b.started + b.seconds))
         .fold(t.start, f64::max);
-    let cpu = t.stages.iter().filter_map(|s| s.cpu).fold(0.0, |a, b| a + b);
+    let cpu = t
+        .stages
+        .iter()
+        .filter_map(|s| s.cpu)
+        .fold(0.0, |a, b| a + b);
     let _ = writeln!(
         out,
         "\nFrom the plan to the last stage: {} s. The stages' CPU seconds (boots not counted, \
