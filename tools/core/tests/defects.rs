@@ -6,7 +6,7 @@ use textpoke_core::defects::{self, CaughtIn};
 const ARCHITECTURE: &str = include_str!("../../../docs/architecture.md");
 const MODEL_TESTS: &str = include_str!("model.rs");
 const PLAN_TESTS: &str = include_str!("plan.rs");
-const CONTROLS: &str = include_str!("../../agent/src/controls.rs");
+const CONTROLS: &str = include_str!("../../agent/src/scenarios/controls.rs");
 const MAIN: &str = include_str!("../../agent/src/main.rs");
 
 #[test]
