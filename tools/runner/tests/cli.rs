@@ -370,15 +370,27 @@ fn parse_a_plain_serial_log() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
-/// A guest whose single KTAP document holds the two suites every test boot must show, and the
-/// agent's groups the test boots' command lines ask for.
+/// A guest whose single KTAP document holds the two suites every test boot must show, and every
+/// case of the agent's groups, which the test boots' command lines ask for.
 const SUITES_GUEST: &str = r#"
 printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
 printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
 printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
 printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
-printf '[    1.000009]     1..2\r\n[    1.000010]     ok 1 negative_controls\r\n'
-printf '[    1.000011]     ok 2 kernel_suites\r\n[    1.000012] ok 2 textpoke_agent\r\n'
+printf '[    1.000009]     1..12\r\n'
+printf '[    1.000010]     ok 1 scenario_one_poker\r\n'
+printf '[    1.000011]     ok 2 scenario_concurrent_pokers\r\n'
+printf '[    1.000012]     ok 3 scenario_observed\r\n'
+printf '[    1.000013]     ok 4 real_perf_records_match_text\r\n'
+printf '[    1.000014]     ok 5 real_perf_sees_kernel_ftrace_pokes\r\n'
+printf '[    1.000015]     ok 6 bad_input\r\n'
+printf '[    1.000016]     ok 7 outsider\r\n'
+printf '[    1.000017]     ok 8 kernel_suites\r\n'
+printf '[    1.000018]     ok 9 kernel_patching\r\n'
+printf '[    1.000019]     ok 10 cpu_hotplug\r\n'
+printf '[    1.000020]     ok 11 listener\r\n'
+printf '[    1.000021]     ok 12 negative_controls\r\n'
+printf '[    1.000022] ok 2 textpoke_agent\r\n'
 "#;
 
 #[test]
@@ -465,11 +477,47 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         want.push(format!("  {c}: {host}"));
     }
     assert_eq!(missing, want, "{stdout}");
-    // 3 tests in each of the 2 x86_64 guest boots; the harness boots came out as pass, not as
-    // the failures they must be (5 failed); the 3 arm64 boots and the x86_64 mitigations boot
-    // never ran, and neither did the kunit.py cross-checks, since no kunit.py was given (6
-    // failed); and the 11 host checks never reported.
-    assert_count(&stdout, "6 passed, 23 failed");
+    // 13 tests in each of the 2 x86_64 guest boots (the self-test's and the 12 cases of the
+    // groups); the harness boots came out as pass, not as the failures they must be (5
+    // failed); the 3 arm64 boots and the x86_64 mitigations boot never ran, and neither did the
+    // kunit.py cross-checks, since no kunit.py was given (6 failed); and the 11 host checks
+    // never reported.
+    assert_count(&stdout, "26 passed, 23 failed");
+}
+
+#[test]
+fn suite_starts_boots_from_an_artifacts_file_until_done() {
+    let s = Scratch::new("suite-from");
+    let qemu = s.fake_qemu("qemu", SUITES_GUEST);
+    let out = s.out();
+    let out = out.to_str().unwrap();
+    let o = run(&["plan", "test", "--arch", "x86_64", "--out", out]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The build announced the patched guest, then gave up on the others.
+    let file = s.out().join("artifacts.list");
+    fs::write(&file, "x86_64:patched:/k/bzImage:/i/x.cpio\ndone\n").unwrap();
+    let o = run(&[
+        "suite",
+        "--out",
+        out,
+        "--qemu",
+        &qemu,
+        "--artifacts-from",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = common::stdout(&o);
+    assert!(stdout.contains("OK x86_64-smp2 [x86_64 smp=2]"), "{stdout}");
+    assert!(stdout.contains("OK x86_64-smp4 [x86_64 smp=4]"), "{stdout}");
+    assert!(
+        stdout
+            .contains("SKIPPED x86_64-mitigations: not run: no x86_64 mitigations guest was built"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SKIPPED harness-no-series: not run: no x86_64 unpatched guest was built"),
+        "{stdout}"
+    );
 }
 
 /// The manifest `plan` wrote into `out`.
