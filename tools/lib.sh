@@ -33,22 +33,30 @@ step() { printf '\n== [+%ss] %s\n' $(($(date +%s) - start)) "$*"; }
 # table of `textpoke-runner report`. LANE names the part of the script that ran it (`main`, or
 # `host` for the host lane beside it). Returns COMMAND's status; a stage that could not be
 # recorded is said on stderr and leaves the run as it is (the table then lacks that row only).
+#
+# COMMAND runs in a subshell of its own, whose `times` (the user and system time of the
+# processes it waited for) is then the command's alone: the script's own `times` would also take
+# in a background lane that happened to end meanwhile. `wait` must run in the script's shell, and
+# is timed without CPU time.
 timed() {
-	local lane=$1 name=$2 t0 status=0 cpu0 cpu1 times_out
+	local lane=$1 name=$2 t0 status=0 times_out
+	local -a cpu=()
 	shift 2
-	# bash's `times`: its second line is the user and system time of the shell's children that
-	# have ended, whatever they ran (all of a make's compilers). Written to a file: in a
-	# command substitution it would report a new subshell's.
-	times_out=$(mktemp)
-	times >"$times_out"
-	cpu0=$(sed -n 2p "$times_out")
 	t0=$(date +%s.%N)
-	"$@" || status=$?
-	times >"$times_out"
-	cpu1=$(sed -n 2p "$times_out")
-	rm -f "$times_out"
+	if [ "$1" = wait ]; then
+		"$@" || status=$?
+	else
+		times_out=$(mktemp)
+		("$@" && times >"$times_out" || {
+			s=$?
+			times >"$times_out"
+			exit "$s"
+		}) || status=$?
+		cpu=(--cpu "$(sed -n 2p "$times_out")")
+		rm -f "$times_out"
+	fi
 	"$runner" stage --out "$out" --lane "$lane" --name "$name" --started "$t0" \
-		--ended "$(date +%s.%N)" --cpu-before "$cpu0" --cpu-after "$cpu1" --status "$status" >&2 ||
+		--ended "$(date +%s.%N)" "${cpu[@]}" --status "$status" >&2 ||
 		echo "$(basename "$0"): the stage '$name' could not be recorded" >&2
 	return "$status"
 }

@@ -108,13 +108,10 @@ enum Cmd {
         /// When it ended, likewise.
         #[arg(long)]
         ended: f64,
-        /// The second line of bash's `times` before it ran (its children's user and system
-        /// time so far, `0m1.250s 0m0.500s`).
+        /// The CPU time of the processes it ran: the second line of bash's `times` in a subshell
+        /// that ran only it (`0m1.250s 0m0.500s`, user then system).
         #[arg(long, value_name = "TIMES")]
-        cpu_before: String,
-        /// The same line after it ran.
-        #[arg(long, value_name = "TIMES")]
-        cpu_after: String,
+        cpu: Option<String>,
         /// Its exit status.
         #[arg(long)]
         status: i32,
@@ -290,8 +287,7 @@ fn main() -> ExitCode {
             name,
             started,
             ended,
-            cpu_before,
-            cpu_after,
+            cpu,
             status,
         } => record_stage(
             &out,
@@ -303,8 +299,7 @@ fn main() -> ExitCode {
                 cpu: None,
                 status,
             },
-            &cpu_before,
-            &cpu_after,
+            cpu.as_deref(),
         ),
         Cmd::TrapPath { ko } => trap_path(&ko),
         Cmd::EtmObserved { log, work } => etm_observed(&log, &work),
@@ -420,15 +415,14 @@ fn bench_report(dir: &std::path::Path, to: Option<&std::path::Path>) -> Result<(
 
 /// Renders the results of the run directory `dir` (and of the bench report in `bench`); prints
 /// them, or puts them into `readme` and `results`.
-/// Appends `stage` to `out`'s stages, with the CPU time between the two lines of `times`.
+/// Appends `stage` to `out`'s stages, with the CPU time of a line of `times`, if given.
 fn record_stage(
     out: &std::path::Path,
     mut stage: textpoke_runner::rundir::stages::Stage,
-    cpu_before: &str,
-    cpu_after: &str,
+    cpu: Option<&str>,
 ) -> Result<bool> {
     use textpoke_runner::rundir::stages::{append, times_seconds};
-    stage.cpu = Some(times_seconds(cpu_after)? - times_seconds(cpu_before)?);
+    stage.cpu = cpu.map(times_seconds).transpose()?;
     append(out, &stage)?;
     Ok(true)
 }
