@@ -3,8 +3,9 @@
 #
 #   tools/test.sh [x86_64|arm64]        (both arches by default)
 #
-# The runner owns the plan (tools/runner/src/plan/manifest.rs): `textpoke-runner plan test` writes the
-# manifest of every host check and boot this run must report on, and names the guests to build.
+# The runner owns the plan (tools/runner/src/plan/manifest.rs): `textpoke-runner plan test`
+# writes the manifest of every host check and boot this run must report on, and names the
+# guests to build.
 # This script only builds and runs commands; each host check's outcome is recorded with
 # `textpoke-runner record`, each boot's by `textpoke-runner suite`, and the summary fails every
 # planned check or boot that left no report. Nothing stops the run early: the last line is
