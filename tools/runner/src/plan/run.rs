@@ -497,21 +497,16 @@ impl Queue<'_> {
             self.done = true;
         }
         let boots = &self.manifest.boots;
-        let ready = self.waiting.iter().position(|&i| {
-            boots
-                .get(i)
-                .is_some_and(|b| self.built.contains_key(&(arch_key(b.arch), b.variant)))
+        // The first waiting boot whose guest is built, and that guest.
+        let ready = self.waiting.iter().enumerate().find_map(|(p, &i)| {
+            let b = boots.get(i)?;
+            let a = self.built.get(&(arch_key(b.arch), b.variant))?;
+            Some((p, i, a.clone()))
         });
         match ready {
-            Some(p) => {
-                let i = self.waiting.remove(p);
-                match boots
-                    .get(i)
-                    .and_then(|b| self.built.get(&(arch_key(b.arch), b.variant)))
-                {
-                    Some(a) => Next::Boot(i, a.clone()),
-                    None => Next::NotBuilt(i),
-                }
+            Some((p, i, a)) => {
+                self.waiting.remove(p);
+                Next::Boot(i, a)
             }
             None if self.done => match self.waiting.first() {
                 Some(_) => Next::NotBuilt(self.waiting.remove(0)),
