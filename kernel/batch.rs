@@ -10,9 +10,10 @@
 //! together (`Arch::write_many`), an all-CPU sync, `perf_event_text_poke()`, or a parked section
 //! run with every other CPU stopped (`stop_machine_cpuslocked()`).
 //!
-//! Several batches may be committed concurrently from different threads: each holds
-//! `text_mutex` only while it writes, never across a sync, so their phases interleave, and the
-//! pending table resolves any guard of any of them.
+//! Several batches may be committed concurrently from different threads: a guarded module
+//! batch holds `text_mutex` while it writes, and across a sync only from its first record or a
+//! failed step until it retires ([`TextAccess::hold_to_end`] says why), so their guard phases
+//! interleave, and the pending table resolves any guard of any of them.
 
 use crate::arch::{Arch, TextWrite};
 use crate::clock;
@@ -391,6 +392,13 @@ impl Batch {
             parts: [0; Part::ALL.len()],
             guards: 0,
             since_resched: 0,
+            unsynced: false,
+            defect,
+            conflict_write: if self.kernel {
+                None
+            } else {
+                debug::conflict_write()
+            },
         };
         let table_start = clock::now();
         // Every change is in the table, parked ones included (no trap ever looks those up,
@@ -483,10 +491,14 @@ trait TextAccess {
     /// and the kernel's own pokers write meanwhile) and held throughout where the caller holds
     /// it, as upstream's batches hold it across their syncs.
     fn sync(&mut self, f: impl FnOnce());
-    /// The commit has emitted a record: from now to its end, a sync no longer lets go of
-    /// `text_mutex`. A listener counted between a record and the write that completes it would
-    /// copy the guard and never get the record (`docs/protocol.md`, "When nobody listens").
-    fn recorded(&mut self);
+    /// Holds `text_mutex` from now to the commit's end, syncs included. Called when the commit
+    /// emits a record: a listener counted between a record and the write that completes it
+    /// would copy the guard and never get the record (`docs/protocol.md`, "When nobody
+    /// listens"). And when a step fails: recovery's writes complete or undo changes whose
+    /// records went out (or never will), so a listener counted during them would copy a guard
+    /// that is then taken out with no record for it; and a kprobe armed at a site recovery has
+    /// restored would have its hits taken by the batch, still published.
+    fn hold_to_end(&mut self);
     /// For a parked section: `text_mutex`, held from now as [`TextAccess::hold`] holds it, and
     /// the CPU-hotplug read lock `stop_machine_cpuslocked()` needs. Only a module's batch holds
     /// that one; a kernel batch cannot take it inside its caller's `text_mutex`, and has no
@@ -532,7 +544,8 @@ impl TextAccess for ModuleLocks<'_> {
         f();
     }
 
-    fn recorded(&mut self) {
+    fn hold_to_end(&mut self) {
+        self.hold();
         self.across = AcrossSyncs::Held;
     }
 
@@ -548,9 +561,10 @@ impl TextAccess for ModuleLocks<'_> {
 enum AcrossSyncs {
     /// Before its first record: other batches and the kernel's pokers write meanwhile.
     Released,
-    /// From its first record until it has left the pending table: no listener is counted
-    /// until every write that completes a record is made (patch 0011 counts listeners under
-    /// `text_mutex`), and no kprobe is armed at a site the table still claims.
+    /// From its first record, or a failed step, until it has left the pending table: no
+    /// listener is counted until every write that completes a record (or recovery's that undo
+    /// a guard) is made (patch 0011 counts listeners under `text_mutex`), and no kprobe is
+    /// armed at a site the table still claims.
     Held,
 }
 
@@ -574,7 +588,7 @@ impl TextAccess for QuietLocks<'_> {
         f();
     }
 
-    fn recorded(&mut self) {}
+    fn hold_to_end(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         Some((self.text.holds(), &self.hotplug))
@@ -598,7 +612,7 @@ impl TextAccess for CallerHeld<'_> {
     }
 
     // The caller holds `text_mutex` throughout already.
-    fn recorded(&mut self) {}
+    fn hold_to_end(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         None
@@ -631,15 +645,16 @@ struct Run<'a, A> {
     guards: u32,
     /// Writes made since the last `cond_resched()`.
     since_resched: u32,
+    /// A write was made (or tried: a failed one may have made some bytes) since the last sync.
+    unsynced: bool,
+    /// The commit's seeded defect (debug builds; [`Defect::None`] otherwise).
+    defect: Defect,
+    /// What a module batch writes at its first guarded site playing another patcher (debug
+    /// builds, [`debug::conflict_write`]); never a kernel batch.
+    conflict_write: Option<debug::ConflictWrite>,
 }
 
 impl<'a, A: TextAccess> Run<'a, A> {
-    /// Lets go of `text_mutex` if this commit took it; a kernel batch's caller holds it
-    /// throughout, and then this does nothing.
-    fn release_text(&mut self) {
-        self.text.release();
-    }
-
     /// Runs the plan phase by phase, with the batch published in the pending table.
     ///
     /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
@@ -674,15 +689,94 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 self.id,
                 e.addr
             );
+            self.correct_conflicts();
             return Err(errno::text_changed());
         }
         Ok(())
     }
 
-    /// A step failed with `e`: lets go of `text_mutex` if this commit took it, takes every guard
-    /// out by the plan's rules ([`Run::recover`]), and returns `e`.
+    /// After the batch's last sync: every site found overwritten by another patcher
+    /// ([`Run::check_guards`]) whose record went out, and which no longer holds the new
+    /// instruction that record announced, gets a record from it to what it holds now, so that a
+    /// decoder's copy ends as the text does. The other patcher's write came earlier, at a time
+    /// textpoke cannot know; this record is the first moment it can say so.
+    fn correct_conflicts(&mut self) {
+        if !self.defect.corrects_records() {
+            return;
+        }
+        let entries = self.entries;
+        for (i, e) in entries.iter().enumerate() {
+            let recorded = self.sites.get(i).is_some_and(|s| s.recorded);
+            if !self.conflicted(i) || !recorded {
+                continue;
+            }
+            let mut now = [0u8; MAX_INSN_LEN];
+            let Some(now) = now.get_mut(..e.change.new.len()) else {
+                continue;
+            };
+            if kernel_text::read(e.addr, now).is_err() || *now == *e.change.new.as_slice() {
+                continue;
+            }
+            pr_err!(
+                "batch {}: recording what another patcher left at {:#x}\n",
+                self.id,
+                e.addr
+            );
+            self.text.hold_to_end();
+            let (cpu, time) = {
+                let _pinned = NoPreempt::new();
+                record_bytes(self.engine, e.addr, e.change.new.as_slice(), now);
+                (cpu::current(), clock::now())
+            };
+            self.engine
+                .log
+                .append(e.addr, e.change.new.as_slice(), now, time, cpu);
+            self.stats.records = self.stats.records.saturating_add(1);
+        }
+    }
+
+    /// Debug builds (`textpoke.conflict_write`): plays another patcher that writes at the
+    /// batch's first guarded site while its guard stands, just before the guards are checked:
+    /// the old instruction's bytes behind the guard (x86), or the old instruction whole over
+    /// it. Nothing in a production build.
+    fn foreign_write(&mut self, seeded: Seeded) {
+        let Some(kind) = self.conflict_write else {
+            return;
+        };
+        let Some(e) = seeded.victim.and_then(|i| self.entries.get(i)) else {
+            return;
+        };
+        let guard = <CurrentArch as Arch>::GUARD.len();
+        let (at, bytes) = match kind {
+            debug::ConflictWrite::BehindGuard => (
+                e.addr.wrapping_add(guard as u64),
+                e.change.old.as_slice().get(guard..).unwrap_or(&[]),
+            ),
+            debug::ConflictWrite::OverGuard => (e.addr, e.change.old.as_slice()),
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        pr_warn!(
+            "batch {}: DELIBERATELY writing {kind:?} at {:#x} (conflict_write)\n",
+            self.id,
+            e.addr
+        );
+        let held = self.text.hold();
+        if CurrentArch::write(&self.engine.exports.arch, held, at, bytes).is_err() {
+            pr_err!("batch {}: conflict_write failed\n", self.id);
+        }
+    }
+
+    /// A step failed with `e`: holds `text_mutex` until the batch has left the pending table
+    /// ([`TextAccess::hold_to_end`] says why), takes every guard out by the plan's rules
+    /// ([`Run::recover`]), and returns `e`.
     fn fail<T>(&mut self, e: Error) -> Result<T> {
-        self.release_text();
+        if debug::releases_text_on_failure() {
+            self.text.release();
+        } else {
+            self.text.hold_to_end();
+        }
         self.recover();
         Err(e)
     }
@@ -691,7 +785,8 @@ impl<'a, A: TextAccess> Run<'a, A> {
     fn phase(&mut self, phase: Phase<'a, Entry>, seeded: Seeded) -> Result {
         if let Phase::Writes(Write::Head, _) = phase {
             // Before the first head, every guard must still stand.
-            self.check_guards();
+            self.foreign_write(seeded);
+            self.check_guards()?;
         }
         let part = part_of(&phase, self.stats.syncs);
         let start = clock::now();
@@ -706,6 +801,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Phase::Sync => {
                 self.text.sync(CurrentArch::sync_all);
                 self.stats.syncs = self.stats.syncs.saturating_add(1);
+                self.unsynced = false;
                 Ok(())
             }
             Phase::Retire => {
@@ -845,17 +941,28 @@ impl<'a, A: TextAccess> Run<'a, A> {
     }
 
     /// Reads back every site whose head is due, under `text_mutex` (taken here, kept for the
-    /// head writes): each must still hold the guard, and on x86 the new tail behind it. A site
-    /// that does not was written by another patcher while the guard stood; its head is not
-    /// written, so that patcher's bytes stay, and the commit fails with `EIO` once the other
-    /// sites are complete. Nothing in the kernel writes over a guard today (kprobes refuses a
-    /// breakpoint; `text_mutex` serializes the rest), so this only defends against what
-    /// would.
-    fn check_guards(&mut self) {
+    /// head writes): each must still hold the guard, and on x86 the new tail behind it.
+    /// Nothing in the kernel writes over a guard today (kprobes refuses a breakpoint;
+    /// `text_mutex` serializes the rest), so this only defends against what would.
+    ///
+    /// A site whose guard is gone was written by another patcher while the guard stood: its
+    /// head is not written, so that patcher's bytes stay, the commit fails with `EIO` once the
+    /// other sites are complete, and its record is corrected ([`Run::correct_conflicts`]).
+    /// A site that still holds the guard with other bytes behind it (x86) holds no instruction
+    /// anyone wrote whole: the guard is textpoke's, its record went out, so the step fails with
+    /// `EIO` and the recovery writes the new tail again, syncs, and writes the head. Left
+    /// alone, the guard would outlive the batch, and the next execution there would oops.
+    fn check_guards(&mut self) -> Result {
         let start = clock::now();
         self.text.hold();
+        let mut behind = None;
         for (e, c) in self.entries.iter().zip(self.conflict.iter_mut()) {
-            if !e.change.parked && !e.change.is_noop() && !holds_guarded(e.addr, &e.change.new) {
+            if e.change.parked || e.change.is_noop() || holds_guarded(e.addr, &e.change.new) {
+                continue;
+            }
+            if holds_guard(e.addr) && self.defect != Defect::IgnoreConflicts {
+                behind.get_or_insert(e.addr);
+            } else {
                 *c = true;
             }
         }
@@ -864,6 +971,16 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Part::Check,
             clock::now().saturating_sub(start),
         );
+        match behind {
+            Some(addr) => {
+                pr_err!(
+                    "batch {}: site {addr:#x} changed behind its guard; writing it again\n",
+                    self.id
+                );
+                Err(errno::text_changed())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Makes `writes` (`Arch::write_many`), taking `text_mutex` if needed.
@@ -874,6 +991,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         self.yield_if_due();
         let n = u32::try_from(writes.len()).map_err(|_| EINVAL)?;
         let exports = &self.engine.exports;
+        self.unsynced = true;
         let held = self.text.hold();
         // A write failing on purpose (debug builds): the ones before it are made, as when the
         // arch's write fails part way.
@@ -903,6 +1021,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             return Err(EIO);
         }
         let exports = &self.engine.exports;
+        self.unsynced = true;
         let held = self.text.hold();
         CurrentArch::write(&exports.arch, held, addr, bytes)?;
         self.stats.writes = self.stats.writes.saturating_add(1);
@@ -929,8 +1048,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// upstream emits its own, so that the record stream is serialized with the kernel's own
     /// pokers.
     fn emit(&mut self, i: usize, e: &Entry, what: Emit) {
-        self.text.hold();
-        self.text.recorded();
+        self.text.hold_to_end();
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
             // one CPU so the log names the right one.
@@ -1035,6 +1153,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
             "batch {}: write failed; taking the guards out by the plan's rules\n",
             self.id
         );
+        debug::pause_in_recovery();
         self.fail_write = None;
         let guard = <CurrentArch as Arch>::GUARD;
         for (e, s) in self.entries.iter().zip(self.sites.iter_mut()) {
@@ -1051,7 +1170,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         }
         let entries = self.entries;
         let sites = core::mem::take(&mut self.sites);
-        for repair in Recovery::new(CurrentArch::PLAN, entries, sites) {
+        for repair in Recovery::new(CurrentArch::PLAN, entries, sites, self.unsynced) {
             let done = match repair {
                 Repair::Sync => {
                     self.text.sync(CurrentArch::sync_all);
@@ -1077,13 +1196,13 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 );
             }
         }
-        self.release_text();
         for (e, s) in entries.iter().zip(sites.iter()) {
             if s.guarded {
                 self.engine.replaced.record(e.addr);
             }
         }
         self.sites = sites;
+        self.correct_conflicts();
     }
 }
 
@@ -1180,11 +1299,16 @@ impl Emit {
 /// Calls `perf_event_text_poke()` for `e`.
 fn text_poke_record(engine: &Engine, e: &Entry, what: Emit) {
     let (old, new) = what.bytes(e);
+    record_bytes(engine, e.addr, old, new);
+}
+
+/// Calls `perf_event_text_poke()` for the change at `addr` from `old` to `new`.
+fn record_bytes(engine: &Engine, addr: u64, old: &[u8], new: &[u8]) {
     // SAFETY: `old` and `new` are valid for their lengths; the function copies them into the
     // ring buffers of interested events and keeps no reference.
     unsafe {
         (engine.exports.generic.perf_event_text_poke)(
-            e.addr as usize as *const c_void,
+            addr as usize as *const c_void,
             old.as_ptr().cast::<c_void>(),
             old.len(),
             new.as_ptr().cast::<c_void>(),
@@ -1281,6 +1405,14 @@ fn holds(addr: u64, insn: &InsnBytes) -> bool {
     let mut now = [0u8; MAX_INSN_LEN];
     now.get_mut(..insn.len())
         .is_some_and(|now| kernel_text::read(addr, now).is_ok() && *now == *insn.as_slice())
+}
+
+/// Whether the site at `addr` begins with the guard.
+fn holds_guard(addr: u64) -> bool {
+    let guard = <CurrentArch as Arch>::GUARD;
+    let mut now = [0u8; MAX_INSN_LEN];
+    now.get_mut(..guard.len())
+        .is_some_and(|now| kernel_text::read(addr, now).is_ok() && *now == *guard)
 }
 
 /// Whether the site at `addr`, on its way to `new`, holds the guard and behind it `new`'s

@@ -15,7 +15,7 @@ use crate::plan::Protocol;
 use kernel::static_assert;
 
 /// What each seeded defect of the table (`kernel/defects.rs`) does here.
-const BEHAVIOUR: [(SeededDefect, Defect); 12] = [
+const BEHAVIOUR: [(SeededDefect, Defect); 14] = [
     (
         defects::RECORD_BEFORE_GUARD_SYNC,
         Defect::Plan(Protocol::RecordBeforeGuardSync),
@@ -40,6 +40,11 @@ const BEHAVIOUR: [(SeededDefect, Defect); 12] = [
         defects::SKIP_LISTENER_HANDSHAKE,
         Defect::SkipListenerHandshake,
     ),
+    (
+        defects::RELEASE_TEXT_ON_FAILURE,
+        Defect::ReleaseTextOnFailure,
+    ),
+    (defects::IGNORE_CONFLICTS, Defect::IgnoreConflicts),
 ];
 // Every defect of the table has its behaviour here, once.
 static_assert!(BEHAVIOUR.len() == defects::ALL.len());
@@ -69,6 +74,12 @@ pub(crate) enum Defect {
     /// A module batch decides whether anyone listens, then releases `text_mutex` for a moment
     /// before it writes ([`decided_early`]).
     SkipListenerHandshake,
+    /// A module batch whose write failed lets go of `text_mutex` before its recovery, while it
+    /// is still published ([`releases_text_on_failure`]).
+    ReleaseTextOnFailure,
+    /// A batch that finds another patcher's bytes at a guarded site leaves them, whether its
+    /// guard stands in front of them or not, and corrects no record.
+    IgnoreConflicts,
 }
 
 impl Defect {
@@ -78,6 +89,15 @@ impl Defect {
             Self::Plan(p) => p,
             _ => Protocol::Guarded,
         }
+    }
+
+    /// Whether a batch corrects the record of a site it finds changed behind its back
+    /// (`Run::correct_conflicts` in batch.rs): not under the defects whose point is a record
+    /// left untrue, one that ignores such changes and one that skips a site's writes and keeps
+    /// its record (the engine's read-back would otherwise take the skipped site for another
+    /// patcher's, and correct the record the defect exists to leave wrong).
+    pub(crate) fn corrects_records(self) -> bool {
+        !matches!(self, Self::IgnoreConflicts | Self::SkipFinalWrite)
     }
 
     /// Called after each unguarded whole write. Under a seeded defect (debug builds) it sleeps
@@ -103,6 +123,11 @@ extern "C" {
     static textpoke_debug_protocol: kernel::ffi::c_int;
     /// Likewise: which write of a module's batch fails on purpose (0: none).
     static textpoke_fail_write: kernel::ffi::c_int;
+    /// Likewise: how long recovery from such a failure waits before its first repair.
+    static textpoke_fail_pause_ms: kernel::ffi::c_int;
+    /// Likewise: what the next module batches write at their first guarded site, playing
+    /// another patcher, before their guards are checked (0: nothing).
+    static textpoke_conflict_write: kernel::ffi::c_int;
 }
 
 /// The write of the next module batch that fails on purpose, counted from 1 over the writes its
@@ -119,6 +144,60 @@ pub(crate) fn failing_write() -> Option<u32> {
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
     None
+}
+
+/// Whether a failed batch lets go of `text_mutex` before its recovery: only under
+/// [`Defect::ReleaseTextOnFailure`] (debug builds); never in a production build.
+pub(crate) fn releases_text_on_failure() -> bool {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        defect() == Defect::ReleaseTextOnFailure
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    false
+}
+
+/// What [`conflict_write`] plays another patcher writing at a guarded site.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL), allow(dead_code))]
+pub(crate) enum ConflictWrite {
+    /// x86: the old instruction's bytes after the first, behind the guard (`conflict_write=1`).
+    BehindGuard,
+    /// The old instruction whole, over the guard (`conflict_write=2`).
+    OverGuard,
+}
+
+/// What the next module batch writes at its first guarded site before its guards are checked
+/// (`conflict_write`, debug builds), so that a guest check can show what a batch does when
+/// another patcher wrote there. Always `None` in a production build.
+pub(crate) fn conflict_write() -> Option<ConflictWrite> {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        // SAFETY: An `int` module parameter, read once per batch.
+        match unsafe { core::ptr::read_volatile(&raw const textpoke_conflict_write) } {
+            1 => Some(ConflictWrite::BehindGuard),
+            2 => Some(ConflictWrite::OverGuard),
+            _ => None,
+        }
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    None
+}
+
+/// Called once a step of a commit failed, before its recovery: sleeps `fail_pause_ms` (debug
+/// builds; at most two seconds), so that a guest check can start a listener while a failed
+/// batch is still published with its guards out. Nothing otherwise, and nothing ever in a
+/// production build.
+pub(crate) fn pause_in_recovery() {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        // SAFETY: An `int` module parameter, read once per failure.
+        let ms = unsafe { core::ptr::read_volatile(&raw const textpoke_fail_pause_ms) };
+        if let Ok(ms @ 1..=2000) = u32::try_from(ms) {
+            // SAFETY: Process context (a commit's recovery), no spinlock held, not atomic.
+            unsafe { kernel::bindings::msleep(ms) };
+        }
+    }
 }
 
 /// Under [`Defect::SkipListenerHandshake`] (debug builds): whether anyone listened, decided

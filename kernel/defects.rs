@@ -91,6 +91,12 @@ defects! {
     SKIP_LISTENER_HANDSHAKE = 12 "skip_listener_handshake" Guest
         "control_listener_handshake_skipped_caught"
         "a module batch finds no listener, then lets go of text_mutex for a second before its writes";
+    RELEASE_TEXT_ON_FAILURE = 13 "release_text_on_failure" Guest
+        "control_text_released_on_failure_caught"
+        "a module batch whose write failed lets go of text_mutex while it recovers, still published";
+    IGNORE_CONFLICTS = 14 "ignore_conflicts" Guest
+        "control_conflicts_ignored_caught"
+        "a batch leaves another patcher's bytes behind its own guard, and corrects no record it made untrue";
 }
 
 /// The defect selected by `mode`, if any.

@@ -108,6 +108,26 @@ int textpoke_fail_write;
 module_param_cb(fail_write, &textpoke_debug_protocol_ops, &textpoke_fail_write, 0600);
 MODULE_PARM_DESC(fail_write,
 		 "DEBUG BUILDS ONLY: the k-th write of each module batch fails (0: none, the default)");
+
+/*
+ * DEBUG BUILDS ONLY: after such a failure, recovery waits this many
+ * milliseconds (at most 2000) before its first repair, long enough for a
+ * listener to start meanwhile (kernel/debug.rs). Same rules as debug_protocol.
+ */
+int textpoke_fail_pause_ms;
+module_param_cb(fail_pause_ms, &textpoke_debug_protocol_ops, &textpoke_fail_pause_ms, 0600);
+MODULE_PARM_DESC(fail_pause_ms,
+		 "DEBUG BUILDS ONLY: recovery from a failed write waits this long first (0: not at all, the default)");
+
+/*
+ * DEBUG BUILDS ONLY: module batches play another patcher writing at their
+ * first guarded site before their guards are checked: 1 the old bytes behind
+ * the guard (x86), 2 the old instruction over it (kernel/debug.rs).
+ */
+int textpoke_conflict_write;
+module_param_cb(conflict_write, &textpoke_debug_protocol_ops, &textpoke_conflict_write, 0600);
+MODULE_PARM_DESC(conflict_write,
+		 "DEBUG BUILDS ONLY: write at a batch's first guarded site before its guards are checked (0: no, the default; 1: behind the guard; 2: over it)");
 MODULE_PARM_DESC(debug_protocol,
-		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text, 12 skip the listener handshake (kernel/defects.rs)");
+		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text, 12 skip the listener handshake, 13 release text_mutex on a failed write, 14 ignore other patchers' writes at guarded sites (kernel/defects.rs)");
 #endif

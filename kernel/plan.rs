@@ -630,7 +630,10 @@ pub enum Repair {
 /// As in the guarded section, on x86 the tails go first, while every guard stands, then a
 /// sync if any tail behind a guard changed since the guards' sync (written now, or by the plan
 /// before it failed), so that no CPU can see a head with a stale tail; then the heads; then a
-/// sync, after which no CPU executes a guard and the batch may retire. Writing each site whole
+/// sync, after which no CPU executes a guard and the batch may retire. That last sync comes too
+/// when no guard is left but the plan wrote since its last sync (a quiet arm64 batch's nosync
+/// writes): the caller must not return before every CPU fetches what was written, as the plan's
+/// own final sync ensures when nothing fails. Writing each site whole
 /// over its guard instead (what a single write of the target would do) lets a CPU that
 /// refetches the first byte see it with a stale tail: the host model catches that as a torn
 /// execution.
@@ -642,6 +645,8 @@ pub struct Recovery<'a, C = Change> {
     phase: RecoveryPhase,
     next: usize,
     wrote: bool,
+    /// The plan wrote since its last sync, before it failed.
+    unsynced: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -655,8 +660,9 @@ enum RecoveryPhase {
 
 impl<'a, C: AsRef<Change>> Recovery<'a, C> {
     /// The recovery of the batch `changes` on `arch`, whose sites stand as `sites` says (one
-    /// per change; a missing one counts as not guarded).
-    pub fn new(arch: Arch, changes: &'a [C], sites: &'a [Stranded]) -> Self {
+    /// per change; a missing one counts as not guarded), after a plan that wrote since its last
+    /// sync if `unsynced` (a write that failed part way counts: some of its bytes may be made).
+    pub fn new(arch: Arch, changes: &'a [C], sites: &'a [Stranded], unsynced: bool) -> Self {
         Self {
             arch,
             changes,
@@ -664,6 +670,7 @@ impl<'a, C: AsRef<Change>> Recovery<'a, C> {
             phase: RecoveryPhase::Tails,
             next: 0,
             wrote: false,
+            unsynced,
         }
     }
 
@@ -710,6 +717,8 @@ impl<C: AsRef<Change>> Iterator for Recovery<'_, C> {
                     self.enter(RecoveryPhase::Heads);
                     let stale = self.sites.iter().any(|s| s.guarded && s.tail_written);
                     if core::mem::take(&mut self.wrote) || stale {
+                        // It syncs what the plan wrote too.
+                        self.unsynced = false;
                         return Some(Repair::Sync);
                     }
                 }
@@ -722,7 +731,8 @@ impl<C: AsRef<Change>> Iterator for Recovery<'_, C> {
                 },
                 RecoveryPhase::HeadSync => {
                     self.enter(RecoveryPhase::Done);
-                    if core::mem::take(&mut self.wrote) {
+                    let unsynced = core::mem::take(&mut self.unsynced);
+                    if core::mem::take(&mut self.wrote) || unsynced {
                         return Some(Repair::Sync);
                     }
                 }

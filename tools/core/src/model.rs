@@ -89,6 +89,10 @@ pub enum Violation {
     /// The plan ended with a site not holding its new instruction (after a failed write: not
     /// holding the instruction its record says, or still a guard).
     FinalText,
+    /// The plan (or its recovery) ended with a CPU that may still fetch something other than
+    /// the text: a write the caller returns over, not yet synced. The kernel's callers expect
+    /// the change in effect on return.
+    StaleAtReturn,
     /// arm64: the poker replaced or installed a word outside the concurrently modifiable set
     /// ([`arm64_concurrently_modifiable`]) while other CPUs could fetch the site, that is outside
     /// a parked section. Counted once per state in which the poker's next step is such a write.
@@ -195,6 +199,9 @@ pub enum Recover {
     /// Negative control: each guarded site written whole with the instruction its record says,
     /// then one sync (what the engine did before it followed the plan's rules).
     WholeOverGuard,
+    /// Negative control: the planner's recovery, told that nothing was written since the last
+    /// sync (what the engine told it before it counted the plan's unsynced writes).
+    PlanForgettingWrites,
 }
 
 /// One step of a recovery in the model: the planner's, or the negative control's.
@@ -418,10 +425,22 @@ impl State {
                 }
             })
             .collect();
+        // Whether the plan wrote since its last sync, the failing write included (it may have
+        // made some of its bytes).
+        let unsynced = batch.steps[..=self.pc]
+            .iter()
+            .rev()
+            .take_while(|s| !matches!(s, Step::Sync | Step::Unpark))
+            .any(|s| self.written(batch, *s).is_some());
         let undo = match recover {
-            Recover::Plan => Recovery::new(batch.arch, &batch.changes, &stranded)
-                .map(Undo::Repair)
-                .collect(),
+            Recover::Plan | Recover::PlanForgettingWrites => Recovery::new(
+                batch.arch,
+                &batch.changes,
+                &stranded,
+                unsynced && recover == Recover::Plan,
+            )
+            .map(Undo::Repair)
+            .collect(),
             Recover::WholeOverGuard => {
                 let mut v: Vec<Undo> = (0..stranded.len())
                     .filter(|&i| stranded[i].guarded)
@@ -584,6 +603,14 @@ impl State {
                     if self.mem[site] != want.as_slice() {
                         report.violation(Violation::FinalText);
                     }
+                }
+                if self
+                    .views
+                    .iter()
+                    .enumerate()
+                    .any(|(i, v)| *v != self.mem[i % self.sites()])
+                {
+                    report.violation(Violation::StaleAtReturn);
                 }
             }
         }

@@ -12,6 +12,7 @@ use yaxpeax_arch::{Decoder, U8Reader};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Opcode, Operand};
 
 const GUARDED: Protocol = Protocol::Plan(plan::Protocol::Guarded);
+const QUIET: Protocol = Protocol::Plan(plan::Protocol::Quiet);
 const BEFORE_AFTER: Protocol = Protocol::Plan(plan::Protocol::BeforeAfter);
 
 const ARM_NOP: u32 = 0xd503_201f;
@@ -164,6 +165,46 @@ fn failed_writes_recover_cleanly_exhaustively() {
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert!(r.old > 0 && r.new > 0 && r.trapped > 0);
     }
+}
+
+/// A quiet arm64 batch (nobody listens: nosync writes, one sync) whose write fails: recovery
+/// syncs what the plan wrote before the caller returns, and no execution is torn or traps.
+/// Nobody listens, so the record violations do not apply: the model counts every new
+/// execution as before a record that never comes, and a site left new without one as
+/// unlike its record (the engine's registry takes the text as it is).
+#[test]
+fn failed_quiet_writes_are_synced_exhaustively() {
+    let batch = Batch::new(Arch::Arm64, QUIET, arm64_sites(3)).failing(Recover::Plan);
+    let r = exhaustive(&batch, 3);
+    show("Arm64 quiet failing writes 3x3", &r);
+    let unrecorded = [Violation::NewBeforeRecord, Violation::FinalText];
+    let wrong: Vec<_> = r
+        .violations
+        .iter()
+        .filter(|(v, _)| !unrecorded.contains(v))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
+    // Executions of the new instructions (counted as unrecorded) and of the old ones.
+    assert!(
+        r.old > 0
+            && r.violations
+                .iter()
+                .any(|(v, _)| *v == Violation::NewBeforeRecord)
+    );
+}
+
+/// Negative control: the same recovery told that the plan wrote nothing since its last sync
+/// returns with a CPU that may still fetch the old instruction.
+#[test]
+fn control_recovery_forgetting_writes_is_caught() {
+    let batch =
+        Batch::new(Arch::Arm64, QUIET, arm64_sites(3)).failing(Recover::PlanForgettingWrites);
+    let r = until(&batch, 2, Violation::StaleAtReturn);
+    show(
+        "Arm64 quiet recovery forgetting writes until StaleAtReturn",
+        &r,
+    );
+    assert!(r.found(Violation::StaleAtReturn), "{:?}", r.violations);
 }
 
 /// Negative control: recovering by writing each guarded site whole, then one sync (x86), lets a

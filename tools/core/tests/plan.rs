@@ -488,7 +488,42 @@ fn a_retargeted_jump_is_planned_although_only_its_tail_changes() {
 // (`failed_writes_recover_cleanly_exhaustively`) checks the executions meanwhile.
 
 fn repairs(arch: Arch, changes: &[Change], sites: &[Stranded]) -> Vec<Repair> {
-    Recovery::new(arch, changes, sites).collect()
+    Recovery::new(arch, changes, sites, false).collect()
+}
+
+/// A plan that wrote since its last sync and then failed leaves no guard (a quiet arm64 batch's
+/// nosync writes, the second failing): recovery has nothing to repair, but it syncs, as the
+/// plan would have, before the caller returns. Nothing written since: nothing to do.
+#[test]
+fn recovery_syncs_the_plans_unsynced_writes() {
+    let arm64 = [change(&ARM_NOP, &ARM_B), change(&ARM_B, &ARM_NOP)];
+    let whole = [Stranded::default(), Stranded::default()];
+    assert_eq!(
+        Recovery::new(Arch::Arm64, &arm64, &whole, true).collect::<Vec<_>>(),
+        [Repair::Sync]
+    );
+    assert_eq!(repairs(Arch::Arm64, &arm64, &whole), []);
+    // With guards to take out, the one sync after the heads covers the plan's writes too.
+    let guarded = Stranded {
+        guarded: true,
+        ..Stranded::default()
+    };
+    assert_eq!(
+        Recovery::new(Arch::Arm64, &arm64, &[guarded, whole[1]], true).collect::<Vec<_>>(),
+        [Repair::Head(0), Repair::Sync]
+    );
+    // x86: a sync before the heads syncs the plan's writes as well; none is added after them.
+    let x86 = [change(&NOP5, &JMP32)];
+    let behind = Stranded {
+        guarded: true,
+        recorded: true,
+        tail_done: true,
+        tail_written: true,
+    };
+    assert_eq!(
+        Recovery::new(Arch::X86, &x86, &[behind], true).collect::<Vec<_>>(),
+        [Repair::Sync, Repair::Head(0), Repair::Sync]
+    );
 }
 
 /// A site goes to its new instruction if its record went out, to its old one otherwise.

@@ -688,6 +688,255 @@ fn fault_injection_matrix(kcore: &Kcore) -> Case {
     }
 }
 
+/// What [`listener_in_recovery`] checks, by name, and the control that must see it fail.
+const LISTENER_IN_RECOVERY: &str = "listener_started_in_recovery_gets_a_true_copy";
+
+/// A listener that starts while a failed batch recovers gets a copy that its records keep
+/// right: the batch's last write (a head, behind a guard whose record went out) fails, and
+/// recovery waits a second (`fail_pause_ms`, debug builds) before it writes the head; a
+/// recorder opens as soon as the failure is logged, copies the sites through kcore, and
+/// collects records until the batch is over. Its copy, replayed, must end equal to the text
+/// (`scenarios/listener.rs`'s [`replay`](crate::scenarios::listener::replay)). A batch that
+/// lets go of `text_mutex` while it recovers lets the listener be counted in the pause: its
+/// copy holds the guard, and the head that recovery then writes has no record.
+///
+/// Runs on the debug build (loaded by the caller), with a listener of its own so that the batch
+/// is guarded, and puts both parameters back whatever happens.
+fn listener_in_recovery(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
+    use crate::scenarios::listener::{monotonic_ns, replay, COPY};
+    use textpoke_agent::platform::perf::{Listener, Recorder, RecorderConfig};
+    const PAUSE_MS: u32 = 1000;
+    let _listening = Listener::open().map_err(|e| format!("opening a listener: {e}"))?;
+    let whole = scenario::run(FAULT_SPEC, sites, kcore)?;
+    let writes = match whole.batches.as_slice() {
+        [b] if b.errno == 0 && b.writes > 0 && b.records > 0 => b.writes,
+        other => return Err(format!("the guarded run without a failure: {other:?}")),
+    };
+    let set = |param: &str, v: u32| {
+        sys::set_module_param("textpoke", param, &v.to_string())
+            .map_err(|e| format!("setting {param}={v}: {e}"))
+    };
+    let (base, len) = region(sites);
+    let cursor = sys::dmesg_cursor().map_err(|e| format!("/dev/kmsg: {e}"))?;
+    set("fail_write", writes as u32)?;
+    set("fail_pause_ms", PAUSE_MS)?;
+    let commit = std::thread::spawn(|| exerciser::command(&format!("run {FAULT_SPEC}")));
+    // The failure's log line: the batch is in its pause from here on.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut failed = false;
+    let mut at = cursor;
+    while !failed && std::time::Instant::now() < deadline {
+        let (lines, next) = sys::dmesg_since(at).map_err(|e| format!("/dev/kmsg: {e}"))?;
+        at = next;
+        failed = lines
+            .iter()
+            .any(|l| l.contains("write failed; taking the guards out"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let open_start = std::time::Instant::now();
+    let opened = failed.then(|| Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }));
+    let open_ms = open_start.elapsed().as_millis();
+    let copy = kcore.read(base, len).map_err(|e| format!("kcore: {e}"));
+    let copied_by = monotonic_ns();
+    let ran = commit.join().unwrap_or(Err(-1));
+    let reset = set("fail_write", 0).and(set("fail_pause_ms", 0));
+    if !failed {
+        return Err("no write failed within 10 s".to_owned());
+    }
+    reset?;
+    let mut rec = opened
+        .unwrap_or_else(|| Err(std::io::Error::other("not opened")))
+        .map_err(|e| format!("opening the recorder: {e}"))?;
+    // The run fails with its batch's EIO.
+    if ran != Err(5) {
+        return Err(format!("run {FAULT_SPEC}: {ran:?}, not EIO"));
+    }
+    let batches = exerciser::batches()?;
+    match batches.as_slice() {
+        [b] if b.errno == 5 => {}
+        other => return Err(format!("the failing run's batches: {other:?}")),
+    }
+    let drain = rec.drain();
+    drop(rec);
+    if drain.lost_events > 0 || !drain.errors.is_empty() {
+        return Err(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ));
+    }
+    let mut copy = copy?;
+    let replayed = replay(base, &mut copy, &drain.pokes, copied_by)?;
+    let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
+        return Err(format!(
+            "{COPY}, started in recovery, ends unlike the text at {a:#x}"
+        ));
+    }
+    Ok(format!(
+        "write {writes} of {writes} failed; a listener started in the {PAUSE_MS} ms pause \
+         (its open returned after {open_ms} ms) got {} records ({} replayed, {} already in its \
+         copy) and a copy equal to the text",
+        drain.pokes.len(),
+        replayed.replayed,
+        replayed.already
+    ))
+}
+
+/// [`listener_in_recovery`] on the correct debug build.
+fn listener_in_recovery_case(kcore: &Kcore) -> Case {
+    let run = || {
+        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        listener_in_recovery(kcore, &sites)
+    };
+    match run() {
+        Ok(line) => Case::pass(LISTENER_IN_RECOVERY).with_log(line),
+        Err(e) => Case::fail(LISTENER_IN_RECOVERY, e),
+    }
+}
+
+/// The same with `text_mutex` released during recovery (the seeded defect): it must fail on the
+/// listener's copy, and for no other reason.
+fn text_released_on_failure_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::RELEASE_TEXT_ON_FAILURE.caught_by;
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defects::RELEASE_TEXT_ON_FAILURE.mode, |sites| {
+            Ok(listener_in_recovery(kcore, sites))
+        })?;
+        match outcome {
+            Err(e) if e.contains(crate::scenarios::listener::COPY) => Ok(format!("caught: {e}")),
+            Err(e) => Err(format!(
+                "{LISTENER_IN_RECOVERY} failed, but not on the listener's copy: {e}"
+            )),
+            Ok(line) => Err(format!("not caught: {line}")),
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// What [`conflict_run`] checks, by name.
+const CONFLICT_RESOLVED: &str = "other_patchers_writes_at_guards_resolved";
+
+/// Another patcher's write at a guarded site (the debug build's `conflict_write=kind`, at the
+/// batch's first guarded site, just before its guards are checked), in one batch of the first
+/// four sites with a recorder open: the commit fails with `EIO`, no site is left holding the
+/// guard, and the records, replayed onto the text read before, end as the text is. `kind` 1
+/// (x86): the old bytes behind the guard, which the batch must write over again; 2: the old
+/// instruction over the guard, which the batch leaves, with a record that says so.
+fn conflict_run(kcore: &Kcore, sites: &[Site], kind: u32) -> Result<String, String> {
+    use textpoke_agent::platform::perf::{Recorder, RecorderConfig};
+    const EIO: i32 = 5;
+    let chosen: Vec<&Site> = sites.iter().take(4).collect();
+    let cmd = format!(
+        "flip {}",
+        chosen
+            .iter()
+            .map(|s| s.index.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let (base, len) = region(sites);
+    let before = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    let mut rec = Recorder::open(&RecorderConfig { data_pages: 64 })
+        .map_err(|e| format!("opening the recorder: {e}"))?;
+    let set = |v: u32| {
+        sys::set_module_param("textpoke", "conflict_write", &v.to_string())
+            .map_err(|e| format!("setting conflict_write={v}: {e}"))
+    };
+    set(kind)?;
+    let flipped = exerciser::command(&cmd);
+    set(0)?;
+    let after = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+    let drain = rec.drain();
+    drop(rec);
+    if drain.lost_events > 0 || !drain.errors.is_empty() {
+        return Err(format!(
+            "perf lost {} records, errors {:?}",
+            drain.lost_events, drain.errors
+        ));
+    }
+    if flipped != Err(EIO) {
+        return Err(format!("`{cmd}` returned {flipped:?}, not EIO"));
+    }
+    let guard: &[u8] = if guest::is_x86() {
+        &[0xcc]
+    } else {
+        &[0x00, 0x01, 0x20, 0xd4]
+    };
+    for s in &chosen {
+        let at = (s.addr - base) as usize;
+        if after.get(at..).is_some_and(|b| b.starts_with(guard)) {
+            return Err(format!("site {:#x} still holds the guard", s.addr));
+        }
+    }
+    let replayed = checks::replay(base, &before, &after, &drain.pokes)?;
+    Ok(format!(
+        "conflict_write={kind}: EIO, no guard left, {replayed} records replayed onto the text"
+    ))
+}
+
+/// The kinds of [`conflict_run`] this arch has: the bytes behind a guard only on x86.
+fn conflict_kinds() -> &'static [u32] {
+    if guest::is_x86() {
+        &[1, 2]
+    } else {
+        &[2]
+    }
+}
+
+/// [`conflict_run`] of each kind on the correct debug build.
+fn conflict_case(kcore: &Kcore) -> Case {
+    let run = || -> Result<Vec<String>, String> {
+        let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        conflict_kinds()
+            .iter()
+            .map(|&k| conflict_run(kcore, &sites, k))
+            .collect()
+    };
+    match run() {
+        Ok(lines) => lines
+            .into_iter()
+            .fold(Case::pass(CONFLICT_RESOLVED), Case::with_log),
+        Err(e) => Case::fail(CONFLICT_RESOLVED, e),
+    }
+}
+
+/// The same under the seeded defect that leaves another patcher's bytes as they are and
+/// corrects no record: each kind must fail for its own reason, the guard left behind (1) or
+/// records that no longer end as the text (2).
+fn conflicts_ignored_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::IGNORE_CONFLICTS.caught_by;
+    let run = || -> Result<Vec<String>, String> {
+        let mut found = Vec::new();
+        for &kind in conflict_kinds() {
+            let (_, outcome) = under_defect(defects::IGNORE_CONFLICTS.mode, |sites| {
+                Ok(conflict_run(kcore, sites, kind))
+            })?;
+            let want = if kind == 1 {
+                "still holds the guard"
+            } else {
+                "replayed text differs"
+            };
+            match outcome {
+                Err(e) if e.contains(want) => found.push(format!("conflict_write={kind}: {e}")),
+                Err(e) => {
+                    return Err(format!(
+                        "conflict_write={kind} failed, but not with \"{want}\": {e}"
+                    ))
+                }
+                Ok(line) => return Err(format!("not caught: {line}")),
+            }
+        }
+        Ok(found)
+    };
+    match run() {
+        Ok(found) => found.into_iter().fold(Case::pass(NAME), Case::with_log),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// The load of the write-failure matrix: one batch of four sites, flipped once.
 const FAULT_SPEC: &str = "keys=1 sites=4 ftrace=0 flips=1 pokers=1";
 
@@ -796,6 +1045,10 @@ pub fn cases(kcore: &Kcore) -> Case {
         children.push(other_patchers_control());
         children.push(listener_handshake_control(kcore));
         children.push(fault_injection_matrix(kcore));
+        children.push(listener_in_recovery_case(kcore));
+        children.push(text_released_on_failure_control(kcore));
+        children.push(conflict_case(kcore));
+        children.push(conflicts_ignored_control(kcore));
     }
     // Every site again, for whatever runs after the controls.
     children.push(match reload("textpoke", "") {

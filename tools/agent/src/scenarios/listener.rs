@@ -300,7 +300,7 @@ fn is_guard(bytes: &[u8]) -> bool {
 }
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
