@@ -52,12 +52,13 @@ fn boot(s: &Scratch, name: &str, qemu: &str, extra: &[&str]) -> (Output, Value) 
     (o, serde_json::from_str(&json).unwrap())
 }
 
-/// Writes into `out` the manifest of a plan of the x86_64 boots `names` and no host check, as
-/// `plan` would: `summary` judges a directory against its plan.
-fn plan_boots(out: &Path, names: &[&str]) {
+/// Writes into `out` the manifest of a plan of the x86_64 boots `names`, each with the verdict
+/// it expects, and no host check, as `plan` would: `summary` judges a directory against its
+/// plan.
+fn plan_boots(out: &Path, names: &[(&str, &str)]) {
     let boots: Vec<Value> = names
         .iter()
-        .map(|name| {
+        .map(|(name, expect)| {
             serde_json::json!({
                 "name": name,
                 "arch": "x86_64",
@@ -66,7 +67,7 @@ fn plan_boots(out: &Path, names: &[&str]) {
                 "mem_mb": 1024,
                 "timeout": 900,
                 "append": "",
-                "expect": "pass",
+                "expect": expect,
                 "expect_log": null,
                 "require": [],
                 "kunit_check": false,
@@ -178,7 +179,7 @@ fn boot_pass_then_summary_and_parse() {
         "{log}"
     );
 
-    plan_boots(&s.out(), &["x86-pass"]);
+    plan_boots(&s.out(), &[("x86-pass", "pass")]);
     let stdout = summary(&s.out(), 0);
     assert_count(&stdout, "3 passed, 0 failed");
     assert!(stdout.contains("\n0 skipped\n"), "{stdout}");
@@ -269,13 +270,13 @@ fn harness_checks_and_failures() {
     plan_boots(
         &s.out(),
         &[
-            "fails",
-            "check-not-ok",
-            "check-warn",
-            "check-exit",
-            "no-qemu",
-            "check-missing",
-            "check-wrong",
+            ("fails", "pass"),
+            ("check-not-ok", "not-ok"),
+            ("check-warn", "splat"),
+            ("check-exit", "qemu-exit"),
+            ("no-qemu", "pass"),
+            ("check-missing", "missing-ktap"),
+            ("check-wrong", "not-ok"),
         ],
     );
     let stdout = summary(&s.out(), 1);

@@ -144,6 +144,9 @@ pub struct Expected {
     pub name: String,
     /// What writes it.
     pub source: Source,
+    /// The verdict that counts as ok: the plan's, which the report must repeat (a report that
+    /// says it expected something else is judged against what was planned, not itself).
+    pub expect: Verdict,
 }
 
 /// What writes a planned report, and so what a missing one says went wrong.
@@ -191,16 +194,19 @@ impl Manifest {
             let check = b.kunit_check.then(|| Expected {
                 name: rundir::kunit_name(&b.name),
                 source: Source::KunitCheck,
+                expect: Verdict::Pass,
             });
             std::iter::once(Expected {
                 name: b.name.clone(),
                 source: Source::Boot,
+                expect: b.expect,
             })
             .chain(check)
         });
         let checks = self.checks.iter().map(|c| Expected {
             name: c.clone(),
             source: Source::HostCheck,
+            expect: Verdict::Pass,
         });
         boots.chain(checks).collect()
     }

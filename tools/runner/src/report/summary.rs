@@ -16,7 +16,12 @@ pub struct Tallied<'a> {
     pub unreadable: Vec<(&'a Path, &'a str)>,
     /// The planned reports that are not there, in the plan's order.
     pub missing: Vec<&'a Expected>,
-    /// The totals, each unreadable or missing report counted as one failure.
+    /// The reports no plan asked for: their results do not count, and each is a failure.
+    pub unplanned: Vec<&'a BootReport>,
+    /// The planned reports that expected another verdict than the plan did, with the plan's.
+    pub disagreeing: Vec<(&'a BootReport, &'a Expected)>,
+    /// The totals of the planned reports, each unreadable, missing, unplanned or disagreeing
+    /// report counted as one failure.
     pub tally: Tally,
 }
 
@@ -27,6 +32,8 @@ impl Tallied<'_> {
             && self.reports.iter().all(|r| r.ok)
             && self.unreadable.is_empty()
             && self.missing.is_empty()
+            && self.unplanned.is_empty()
+            && self.disagreeing.is_empty()
     }
 }
 
@@ -56,12 +63,28 @@ pub fn tally_run<'a>(entries: &'a [Entry], planned: &'a [Expected]) -> Tallied<'
                 .any(|(p, _)| crate::rundir::layout::report_name(p) == Some(e.name.as_str()))
         })
         .collect();
-    let mut tally = tally(reports.iter().copied());
-    tally.failed += unreadable.len() + missing.len();
+    let plan_of = |r: &BootReport| planned.iter().find(|e| e.name == r.name);
+    let unplanned: Vec<&BootReport> = reports
+        .iter()
+        .copied()
+        .filter(|r| plan_of(r).is_none())
+        .collect();
+    let disagreeing: Vec<(&BootReport, &Expected)> = reports
+        .iter()
+        .filter_map(|r| {
+            plan_of(r)
+                .filter(|e| e.expect != r.expected)
+                .map(|e| (*r, e))
+        })
+        .collect();
+    let mut tally = tally(reports.iter().copied().filter(|r| plan_of(r).is_some()));
+    tally.failed += unreadable.len() + missing.len() + unplanned.len() + disagreeing.len();
     Tallied {
         reports,
         unreadable,
         missing,
+        unplanned,
+        disagreeing,
         tally,
     }
 }
@@ -76,6 +99,8 @@ pub fn summary(entries: &[Entry], planned: &[Expected]) -> (String, bool) {
         reports,
         unreadable,
         missing,
+        unplanned,
+        disagreeing,
         tally: t,
     } = &run;
 
@@ -138,6 +163,22 @@ pub fn summary(entries: &[Entry], planned: &[Expected]) -> (String, bool) {
             );
         }
     }
+    if !unplanned.is_empty() {
+        let _ = writeln!(out, "\nReported but never planned (not counted):");
+        for r in unplanned {
+            let _ = writeln!(out, "  {}: no plan names it (log: {})", r.name, r.log);
+        }
+    }
+    if !disagreeing.is_empty() {
+        let _ = writeln!(out, "\nExpected another verdict than the plan:");
+        for (r, e) in disagreeing {
+            let _ = writeln!(
+                out,
+                "  {}: expected {}, the plan says {}",
+                r.name, r.expected, e.expect
+            );
+        }
+    }
     if !failing.is_empty() || !unreadable.is_empty() {
         let _ = writeln!(out, "\nFailed:");
         for r in &failing {
@@ -166,7 +207,20 @@ mod tests {
         Expected {
             name: name.to_owned(),
             source,
+            expect: Verdict::Pass,
         }
+    }
+
+    /// Each entry's report planned as it expects.
+    fn planned_as_reported(entries: &[Entry]) -> Vec<Expected> {
+        entries
+            .iter()
+            .filter_map(|e| e.report.as_ref().ok())
+            .map(|r| Expected {
+                expect: r.expected,
+                ..expected(&r.name, Source::Boot)
+            })
+            .collect()
     }
 
     fn entry(path: &str, report: Result<BootReport, String>) -> Entry {
@@ -183,7 +237,7 @@ mod tests {
             entry("out/a.json", Ok(report("a", Pass, Pass, (4, 0, 1)))),
             entry("out/b.json", Ok(report("b", NotOk, NotOk, (1, 1, 0)))),
         ];
-        let (text, ok) = summary(&entries, &[]);
+        let (text, ok) = summary(&entries, &planned_as_reported(&entries));
         assert!(ok, "{text}");
         assert_eq!(text.lines().last(), Some("5 passed, 0 failed"));
         assert!(text.contains("\n1 skipped\n"), "{text}");
@@ -200,7 +254,7 @@ mod tests {
             entry("out/c.json", Ok(bad)),
             entry("out/d.json", Err("expected value at line 1".into())),
         ];
-        let (text, ok) = summary(&entries, &[]);
+        let (text, ok) = summary(&entries, &planned_as_reported(&entries));
         assert!(!ok);
         assert_eq!(text.lines().last(), Some("7 passed, 3 failed"));
         assert!(
@@ -218,9 +272,40 @@ mod tests {
     fn ok_false_fails_the_summary_even_without_a_failed_count() {
         let mut r = report("a", Verdict::Pass, Verdict::Pass, (2, 0, 0));
         r.ok = false; // e.g. `--expect-log` not found
-        let (text, ok) = summary(&[entry("a.json", Ok(r))], &[]);
+        let entries = [entry("a.json", Ok(r))];
+        let (text, ok) = summary(&entries, &planned_as_reported(&entries));
         assert!(!ok);
         assert_eq!(text.lines().last(), Some("2 passed, 1 failed"));
+    }
+
+    /// A report no plan names fails, and its passes do not count; one whose expectation is
+    /// not the plan's fails, however it judged itself.
+    #[test]
+    fn unplanned_or_self_expecting_reports_fail() {
+        use Verdict::*;
+        let entries = [
+            entry("out/a.json", Ok(report("a", Pass, Pass, (4, 0, 0)))),
+            entry("out/stray.json", Ok(report("stray", Pass, Pass, (9, 0, 0)))),
+        ];
+        let (text, ok) = summary(&entries, &[expected("a", Source::Boot)]);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("Reported but never planned (not counted):\n  stray: no plan names it"),
+            "{text}"
+        );
+        assert_eq!(text.lines().last(), Some("4 passed, 1 failed"));
+        // `b` judged itself ok against NotOk; the plan wanted a pass.
+        let entries = [entry(
+            "out/b.json",
+            Ok(report("b", NotOk, NotOk, (1, 1, 0))),
+        )];
+        let (text, ok) = summary(&entries, &[expected("b", Source::Boot)]);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("  b: expected not-ok, the plan says pass"),
+            "{text}"
+        );
+        assert_eq!(text.lines().last(), Some("1 passed, 1 failed"));
     }
 
     #[test]
