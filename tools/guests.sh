@@ -4,8 +4,8 @@
 #   tools/guests.sh <x86_64|arm64> [patched|unpatched|mitigations|kasan]
 #   -> kernel image, initramfs
 #
-# The variant names the kernel (tools/kernel.sh); every variant but `unpatched` gets both builds
-# of textpoke and perf.
+# The variant names the kernel (tools/kernel.sh); every variant but `unpatched` gets perf, and
+# `patched` the debug build of textpoke too.
 #
 # Each step is cached and incremental: the kernel (tools/kernel.sh), the modules
 # (tools/modules.sh), the static guest agent (cargo, in $TEXTPOKE_CACHE/build/<checkout>/cargo-guest) and the
@@ -33,9 +33,13 @@ modules=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" | tail 
 extra=()
 if [ "$variant" != unpatched ]; then
 	# The debug build of textpoke, for the negative controls (the agent loads it after the
-	# tests of the production build).
-	debug=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" debug | tail -n 1)
-	extra+=(--debug-textpoke "$debug/textpoke.ko")
+	# tests of the production build) and the harness boots of seeded defects: only the
+	# patched kernel's boots run them (tools/runner/src/plan/manifest.rs), so only its guest
+	# carries it.
+	if [ "$variant" = patched ]; then
+		debug=$(TEXTPOKE_KDIR=$kdir "$top/tools/modules.sh" "$arch" "$variant" debug | tail -n 1)
+		extra+=(--debug-textpoke "$debug/textpoke.ko")
+	fi
 	# The kernel's own modules the suite loads (its static-key selftest).
 	extra+=(--kernel-tree "$kdir")
 else

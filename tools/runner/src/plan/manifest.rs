@@ -718,6 +718,25 @@ mod tests {
         arg.split(',').filter(|g| !g.is_empty()).collect()
     }
 
+    /// Only the patched kernel's guests carry the debug build of textpoke (tools/guests.sh):
+    /// every boot that loads it, for the negative controls or a seeded defect of a harness
+    /// boot, is of that variant.
+    #[test]
+    fn only_patched_boots_load_the_debug_build() {
+        for suite in [Suite::Test, Suite::TestDebug, Suite::TestFull] {
+            let m = plan(suite, &[Arch::X86_64, Arch::Arm64]);
+            for b in &m.boots {
+                let controls = groups_of(b).contains(&"negative_controls")
+                    || (b.append.contains("textpoke.mode=test")
+                        && !b.append.contains("textpoke.groups="));
+                let seeded = b.append.contains("swallowed");
+                if controls || seeded {
+                    assert_eq!(b.variant, Variant::Patched, "{}", b.name);
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_group_is_planned_in_a_boot_of_each_arch_and_the_full_one_runs_all() {
         let all: Vec<&str> = agent_groups::GROUPS.iter().map(|g| g.name).collect();
