@@ -140,6 +140,18 @@ impl Batch {
         })
     }
 
+    /// A committed kernel batch's changes and state, for the kernel queue to reuse their
+    /// memory (`kernel_queue::KERNEL_MIN_SITES` says why). `None` for any other batch: an
+    /// uncommitted one still claims its changes.
+    pub(crate) fn into_parts(mut self) -> Option<(KVVec<Entry>, CommitState)> {
+        (self.committed && self.kernel).then(|| {
+            (
+                core::mem::replace(&mut self.entries, KVVec::new()),
+                core::mem::replace(&mut self.state, CommitState::new()),
+            )
+        })
+    }
+
     /// What the commit cost (zeroes before it).
     pub(crate) fn stats(&self) -> BatchStats {
         self.stats

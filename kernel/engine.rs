@@ -77,12 +77,13 @@ impl Engine {
         }
         let stats = Stats::new(cpus)?;
         let replaced = Replaced::new()?;
+        let queue = crate::kernel_queue::Queue::new()?;
         Ok(try_pin_init!(Self {
             exports,
             sites <- new_mutex!(Sites::new(module), "textpoke:sites"),
             table: PendingTable::with_reserved(readers, 1),
             replaced,
-            queue: crate::kernel_queue::Queue::new(),
+            queue,
             stats,
             log <- PokeLog::new(),
             module,

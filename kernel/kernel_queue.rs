@@ -21,9 +21,17 @@ pub(crate) enum Declined {
     OldNotListed,
     /// The change may not be made under execution.
     MustPark,
-    /// No memory for the queue.
-    NoMemory,
+    /// No room in the queue, even emptied: its pre-sized memory was lost (cannot happen; see
+    /// [`KERNEL_MIN_SITES`]).
+    NoRoom,
 }
+
+/// The changes the queue holds room for from load on, and keeps room for: growing past it
+/// may fail for lack of memory, and then what is queued is committed first, so the change
+/// goes into the emptied queue. A change is never handed back for lack of memory: on arm64
+/// the stock path writes with no guard and no record, which a listening tracer would miss.
+/// Upstream's x86 batch holds a page of changes (`TP_VEC_MAX`); this is as many of ours.
+pub(crate) const KERNEL_MIN_SITES: usize = 256;
 
 /// Most of the kernel's changes in one batch: enabling the function tracer on every function
 /// (some 17000 on x86, 13000 on arm64 here) takes three batches on x86 and two on arm64, 9 and
@@ -48,6 +56,45 @@ pub(crate) struct State {
     pub(crate) first_declined: Option<(u64, Declined)>,
 }
 
+impl State {
+    /// Makes room for one more change in both `entries` and `state`, so that neither push
+    /// after it can fail. Within the room kept, it allocates nothing.
+    pub(crate) fn room_for_one(&mut self) -> bool {
+        self.entries.reserve(1, GFP_KERNEL).is_ok() && self.state.reserve(1).is_ok()
+    }
+
+    /// Gives the queue, emptied by a commit, its room back: the committed batch's `entries` and
+    /// `state` (emptied), or, where they grew past [`KERNEL_MIN_SITES`], fresh ones of that
+    /// room, so that a transition of thousands of changes (the function tracer on every
+    /// function) does not keep its memory while textpoke is loaded. If those cannot be had, the
+    /// batch's, larger, serve. A queue that is not empty (it cannot be) keeps what it has.
+    pub(crate) fn reuse(&mut self, mut entries: KVVec<Entry>, mut state: CommitState) {
+        if !self.entries.is_empty() {
+            return;
+        }
+        if entries.capacity() > KERNEL_MIN_SITES {
+            let mut fresh = CommitState::new();
+            if let (Ok(v), Ok(())) = (
+                KVVec::with_capacity(KERNEL_MIN_SITES, GFP_KERNEL),
+                fresh.reserve(KERNEL_MIN_SITES),
+            ) {
+                self.entries = v;
+                self.state = fresh;
+                return;
+            }
+        }
+        if entries.capacity() <= self.entries.capacity() {
+            return;
+        }
+        // SAFETY: 0 is at most the length; `Entry` is `Copy`, so forgetting the entries is what
+        // dropping them would do.
+        unsafe { entries.set_len(0) };
+        state.truncate(0);
+        self.entries = entries;
+        self.state = state;
+    }
+}
+
 /// The queue of the kernel's changes.
 pub(crate) struct Queue {
     state: UnsafeCell<State>,
@@ -60,17 +107,19 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 impl Queue {
-    /// An empty queue.
-    pub(crate) fn new() -> Self {
-        Self {
+    /// An empty queue with room for [`KERNEL_MIN_SITES`] changes.
+    pub(crate) fn new() -> Result<Self> {
+        let mut state = CommitState::new();
+        state.reserve(KERNEL_MIN_SITES)?;
+        Ok(Self {
             state: UnsafeCell::new(State {
-                entries: KVVec::new(),
-                state: CommitState::new(),
+                entries: KVVec::with_capacity(KERNEL_MIN_SITES, GFP_KERNEL)?,
+                state,
                 top: 0,
                 declined: 0,
                 first_declined: None,
             }),
-        }
+        })
     }
 
     /// Runs `f` on the queue; `_held` shows that the caller holds `text_mutex`.

@@ -20,6 +20,12 @@
 //!   needs the CPU-hotplug lock, which cannot be taken inside the caller's `text_mutex`;
 //! - nothing changes (the old and new instruction are the same).
 //!
+//! Never for lack of memory: the queue keeps room for
+//! [`KERNEL_MIN_SITES`](crate::kernel_queue::KERNEL_MIN_SITES) changes from load
+//! on, and when growing past it fails, commits what it holds and takes the change into the
+//! emptied queue. On arm64 the stock path writes with no guard and no record, which a
+//! listening tracer would miss.
+//!
 //! Changes accumulate until the kernel applies them, or until [`KERNEL_MAX_SITES`] are queued
 //! or a site comes again (or overlaps a queued one), which first commits what is queued: one
 //! batch per 8192 changes, each with its plan's syncs (three on x86, two on arm64).
@@ -93,15 +99,21 @@ fn queue(engine: &Engine, held: &TextHeld<'_>, addr: u64, new: &[u8]) -> bool {
             return false;
         }
     };
+    // Room for both first, so that neither push fails after the other was made. Growing past
+    // the room kept may fail for lack of memory: then what is queued goes first (none of it
+    // touches this site, or it would have gone above), and the change into the emptied queue,
+    // which keeps its room (`KERNEL_MIN_SITES`).
+    if !engine.queue.with(held, |q| q.room_for_one()) {
+        commit(engine, held);
+    }
     engine.queue.with(held, |q| {
-        // Room for both first, so that neither push fails after the other was made.
-        let pushed = q.entries.reserve(1, GFP_KERNEL).is_ok()
-            && q.state.reserve(1).is_ok()
-            && q.state.push().is_ok();
-        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {
+        let pushed =
+            q.room_for_one() && q.state.push().is_ok() && q.entries.push(entry, GFP_KERNEL).is_ok();
+        if !pushed {
+            pr_err!("no room for a kernel change at {addr:#x} in the emptied queue: handed back\n");
             q.state.truncate(q.entries.len());
             q.declined = q.declined.saturating_add(1);
-            q.first_declined.get_or_insert((addr, Declined::NoMemory));
+            q.first_declined.get_or_insert((addr, Declined::NoRoom));
             engine.stats.declined.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -145,6 +157,10 @@ fn commit(engine: &Engine, held: &TextHeld<'_>) {
         // Under `text_mutex` the text cannot change behind the batch's back, and the kernel's
         // batches have a pending-table slot of their own: an impossible state, said loudly.
         pr_err!("a kernel batch of {n} changes failed: {e:?}\n");
+    }
+    match batch.into_parts() {
+        Some((entries, state)) => engine.queue.with(held, |q| q.reuse(entries, state)),
+        None => pr_err!("a kernel batch of {n} changes kept its memory from the queue\n"),
     }
 }
 

@@ -200,7 +200,9 @@ const TRAP_FOREIGN: &str = "        return false;\n    }\n    claim(engine, site
 const TRAP_COUNT: &str =
     "        engine\n            .stats\n            .count_trap(cpu, CurrentArch::kind(&insn), kernel);\n";
 const PATCHER_APPLY: &str = "        commit(engine, &held);\n";
-const PATCHER_PUSH: &str = "        if !pushed || q.entries.push(entry, GFP_KERNEL).is_err() {";
+const PATCHER_PUSH: &str = "&& q.entries.push(entry, GFP_KERNEL).is_ok();";
+const PATCHER_FLUSH_WHEN_FULL: &str =
+    "    if !engine.queue.with(held, |q| q.room_for_one()) {\n        commit(engine, held);\n";
 const PATCHER_MUST_PARK: &str = "    if CurrentArch::must_park(&old, &new) {
         return Err(Declined::MustPark);
     }
@@ -918,12 +920,30 @@ pub const MUTANTS: &[Mutant] = &[
         ),
     },
     Mutant {
+        name: "patcher-hands-back-when-full",
+        what: "patcher: a queue that cannot grow hands the change back instead of committing \
+               what it holds first",
+        file: PATCHER,
+        edits: &[(
+            PATCHER_FLUSH_WHEN_FULL,
+            "    if !engine.queue.with(held, |q| q.room_for_one()) {\n",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test-debug by the stress boot's faults_ftrace_on: a failure injected \
+             into the kernel queue's growth (the function tracer on the syscall wrappers, more \
+             changes than the queue keeps room for) hands the change back to the stock path, \
+             which the case refuses while a listener is open",
+        ),
+    },
+    Mutant {
         name: "patcher-drops-a-change",
         file: PATCHER,
         what: "patcher: a change it takes is never queued",
         edits: &[(
             PATCHER_PUSH,
-            "        if !pushed || (false && q.entries.push(entry, GFP_KERNEL).is_err()) {",
+            "&& (true || q.entries.push(entry, GFP_KERNEL).is_ok());",
         )],
         killers: &[],
         hang_kills: false,

@@ -35,13 +35,17 @@
 //! - `load_exerciser`: the exerciser's init registers its sites; a failed load returns
 //!   `ENOMEM` and leaves no module and no site registered.
 //! - `schedstats_on/off` and `ftrace_on/off`: the kernel's own changes (a static key, the
-//!   function tracer on two functions). A change textpoke cannot queue is handed back to the
-//!   kernel's own path, never lost: the text afterwards is what the kernel made of the same
+//!   function tracer on the syscall wrappers, more functions than the kernel queue keeps room
+//!   for). No change is handed back to the kernel's own path for lack of memory (on arm64 that
+//!   path writes with no record, which the listener would miss): a queue that cannot grow
+//!   commits what it holds and goes on. The ftrace transition's failures must hit the queue's
+//!   growth, or that path never ran. The text afterwards is what the kernel made of the same
 //!   transition with textpoke unloaded (x86's calls into ftrace trampolines only as calls: a
-//!   trampoline's address is the kernel's to choose at each start). At least one hand-back for
-//!   lack of memory must be logged, or the injection never reached the queue.
+//!   trampoline's address is the kernel's to choose at each start).
 //! - A record that textpoke's own log (debugfs `records`) could not keep is counted as dropped:
-//!   the count moves by exactly the failures that hit the log.
+//!   over each kernel case, emptied at its start, the records emitted (textpoke's counters) are
+//!   those in the log plus those it counts dropped, and it drops no more than the failures that
+//!   hit it (one past a page may drop nothing: `kvmalloc` falls back to `vmalloc`).
 //!
 //! # kmemleak
 //!
@@ -76,8 +80,27 @@ const EXERCISER_PARAMS: &str = "pool_sites=16";
 pub const ROUNDS: usize = 3;
 /// Most allocations one operation may make before the enumeration gives up on it.
 const MAX_NTH: u32 = 400;
-/// The function tracer's filter for the `ftrace` operations.
-const FTRACE_FILTER: &str = "vfs_read vfs_write";
+/// The function tracer's filter for the `ftrace` operations: the syscall wrappers, some
+/// hundreds of functions, more than the kernel queue's room (`kernel_queue::KERNEL_MIN_SITES`,
+/// 256), so that enabling them grows it.
+fn ftrace_filter() -> &'static str {
+    if guest::is_x86() {
+        "__x64_sys_*"
+    } else {
+        "__arm64_sys_*"
+    }
+}
+
+/// Fewest functions [`ftrace_filter`] must name: past the kernel queue's room (one change per
+/// function).
+const FTRACE_FUNCTIONS: usize = 257;
+
+/// Whether an allocation point is the kernel queue's growth (`patcher::queue`).
+fn queue_growth(point: &str) -> bool {
+    ["patcher::", "kernel_queue::", "entry::CommitState::"]
+        .iter()
+        .any(|p| point.starts_with(p))
+}
 const ENOMEM: i32 = 12;
 /// How old kmemleak wants an object before it suspects it (`jiffies_min_age`), with a margin.
 const KMEMLEAK_MIN_AGE: Duration = Duration::from_secs(6);
@@ -459,6 +482,11 @@ fn status(key: &str) -> Result<u64, String> {
     exerciser::number(&crate::scenarios::scenario::engine_stats()?, key)
 }
 
+/// Records textpoke emitted so far, for modules' batches and the kernel's.
+fn emitted() -> Result<u64, String> {
+    Ok(status("records")? + status("kernel.records")?)
+}
+
 /// One batch of the agent's own, over a site of each kind.
 fn flip_case(kcore: &Kcore, inj: &Injector) -> Case {
     const NAME: &str = "faults_flip";
@@ -622,14 +650,15 @@ impl Reference {
     }
 }
 
-/// Hand-backs for lack of memory textpoke logged since `cursor`.
+/// Hand-backs for lack of memory (or room) textpoke logged since `cursor`.
 fn handed_back(cursor: sys::LogCursor) -> usize {
     sys::dmesg_since(cursor)
         .map(|(lines, _)| {
             lines
                 .iter()
                 .filter(|l| {
-                    l.contains("kernel changes back to the stock path") && l.contains("NoMemory")
+                    l.contains("kernel changes back to the stock path")
+                        && (l.contains("NoMemory") || l.contains("NoRoom"))
                 })
                 .count()
         })
@@ -649,7 +678,10 @@ fn kernel_cases(
     for (dir, go, undo) in [("on", on, off), ("off", off, on)] {
         let case_name = format!("faults_{name}_{dir}");
         let cursor = sys::dmesg_cursor().unwrap_or_default();
-        let dropped_before = status("records_dropped");
+        // The engine's log from empty (its dropped count from 0), so that what it holds at the
+        // end is what this case's records left there.
+        let cleared = crate::scenarios::scenario::clear_engine_log();
+        let emitted_before = emitted();
         let to_on = dir == "on";
         let t = enumerate(
             &case_name,
@@ -678,25 +710,50 @@ fn kernel_cases(
             .filter(|(p, _)| p.starts_with("poke_log::"))
             .map(|(_, n)| *n as u64)
             .sum::<u64>();
-        let dropped = match (dropped_before, status("records_dropped")) {
-            (Ok(a), Ok(b)) => Some(b.saturating_sub(a)),
-            _ => None,
+        // Every record emitted is in the log or counted as dropped; a failure that hit the
+        // log's growth drops at most one (past a page, `kvmalloc` falls back to `vmalloc`,
+        // and nothing is dropped).
+        let log = (|| -> Result<(u64, u64, u64), String> {
+            cleared?;
+            let emitted = emitted()?.saturating_sub(emitted_before?);
+            let logged = crate::scenarios::scenario::engine_log()?.len() as u64;
+            Ok((emitted, logged, status("records_dropped")?))
+        })();
+        let growth: usize = t
+            .points
+            .iter()
+            .filter(|(p, _)| queue_growth(p))
+            .map(|(_, n)| n)
+            .sum();
+        let untrue_log = match &log {
+            Err(e) => Some(format!("the engine's log: {e}")),
+            Ok((emitted, logged, dropped))
+                if emitted.checked_sub(*logged) != Some(*dropped) || *dropped > in_log =>
+            {
+                Some(format!(
+                    "{emitted} records emitted, {logged} in the engine's log, which counted \
+                     {dropped} dropped after {in_log} failures hit it"
+                ))
+            }
+            Ok(_) => None,
         };
-        // A failure need not reach textpoke: its queue's allocations fall back from kmalloc,
-        // where failslab fails them, to vmalloc. Those that do hand the change back, and the
-        // text must come out as the stock path makes it either way.
-        let extra = if dropped != Some(in_log) {
+        let extra = if untrue_log.is_some() {
+            untrue_log
+        } else if back > 0 {
             Some(format!(
-                "{in_log} failures hit the engine's log, which counted {dropped:?} records dropped"
+                "{back} kernel changes handed back to the stock path for lack of memory, with a \
+                 listener open"
             ))
+        } else if name == "ftrace" && growth == 0 {
+            Some("no failure hit the kernel queue's growth".to_owned())
         } else {
             None
         };
         let mut c = case(&case_name, &t, extra);
         if c.passed() {
             c = c.with_log(format!(
-                "{case_name}: {}; {back} hand-backs for lack of memory, every change in the \
-                 text as the stock path makes it",
+                "{case_name}: {}; {growth} failures of the kernel queue's growth, no hand-back, \
+                 every change in the text as the stock path makes it",
                 t.summary()
             ));
         }
@@ -727,8 +784,20 @@ pub fn cases(kcore: &Kcore) -> Vec<Case> {
         return vec![Case::fail(NAME, format!("no {FAILSLAB} or {FAIL_NTH}"))];
     }
     // The kernel's own transitions, made by its own path first.
-    if let Err(e) = kernel_patching::filter(FTRACE_FILTER) {
+    if let Err(e) = kernel_patching::filter(ftrace_filter()) {
         return vec![Case::fail(NAME, e)];
+    }
+    let named = sys::read_text(format!("{TRACING}/set_ftrace_filter"))
+        .map(|f| f.lines().filter(|l| !l.starts_with('#')).count())
+        .unwrap_or(0);
+    if named < FTRACE_FUNCTIONS {
+        return vec![Case::fail(
+            NAME,
+            format!(
+                "the filter {} names {named} functions, not {FTRACE_FUNCTIONS}",
+                ftrace_filter()
+            ),
+        )];
     }
     let on_s = || schedstats(true);
     let off_s = || schedstats(false);
