@@ -65,6 +65,13 @@ pub fn sites() -> io::Result<Vec<Site>> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed sites file"))
 }
 
+/// The `flip` command of `sites`: one batch the writer's own thread begins, fills with each
+/// site's other instruction, commits and ends.
+pub fn flip_command(sites: &[&Site]) -> String {
+    let indices: Vec<String> = sites.iter().map(|s| s.index.to_string()).collect();
+    format!("flip {}", indices.join(" "))
+}
+
 /// Sends one command; `Err(errno)` if the exerciser refused it.
 pub fn command(cmd: &str) -> Result<(), i32> {
     match sys::write_file(format!("{DIR}/control"), cmd.as_bytes()) {

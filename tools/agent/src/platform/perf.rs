@@ -707,6 +707,20 @@ impl Recorder {
         Ok(())
     }
 
+    /// Empties every CPU's buffer and closes the recorder: what was in them, or why a check
+    /// cannot judge it, if perf lost records or a buffer did not parse.
+    pub fn drain_whole(mut self) -> Result<Drain, String> {
+        let drain = self.drain();
+        drop(self);
+        if drain.lost_events > 0 || !drain.errors.is_empty() {
+            return Err(format!(
+                "perf lost {} records, errors {:?}",
+                drain.lost_events, drain.errors
+            ));
+        }
+        Ok(drain)
+    }
+
     /// Empties every CPU's buffer and returns what was in them, pokes sorted by time.
     pub fn drain(&mut self) -> Drain {
         let mut drain = Drain::default();

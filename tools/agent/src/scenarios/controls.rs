@@ -744,7 +744,7 @@ fn listener_in_recovery(kcore: &Kcore, sites: &[Site]) -> Result<String, String>
         return Err("no write failed within 10 s".to_owned());
     }
     reset?;
-    let mut rec = opened
+    let rec = opened
         .unwrap_or_else(|| Err(std::io::Error::other("not opened")))
         .map_err(|e| format!("opening the recorder: {e}"))?;
     // The run fails with its batch's EIO.
@@ -756,14 +756,7 @@ fn listener_in_recovery(kcore: &Kcore, sites: &[Site]) -> Result<String, String>
         [b] if b.errno == 5 => {}
         other => return Err(format!("the failing run's batches: {other:?}")),
     }
-    let drain = rec.drain();
-    drop(rec);
-    if drain.lost_events > 0 || !drain.errors.is_empty() {
-        return Err(format!(
-            "perf lost {} records, errors {:?}",
-            drain.lost_events, drain.errors
-        ));
-    }
+    let drain = rec.drain_whole()?;
     let mut copy = copy?;
     let replayed = replay(base, &mut copy, &drain.pokes, copied_by)?;
     let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
@@ -829,17 +822,10 @@ fn conflict_run(kcore: &Kcore, sites: &[Site], kind: u32) -> Result<String, Stri
     use textpoke_agent::platform::perf::{Recorder, RecorderConfig};
     const EIO: i32 = 5;
     let chosen: Vec<&Site> = sites.iter().take(4).collect();
-    let cmd = format!(
-        "flip {}",
-        chosen
-            .iter()
-            .map(|s| s.index.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let cmd = exerciser::flip_command(&chosen);
     let (base, len) = region(sites);
     let before = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
-    let mut rec = Recorder::open(&RecorderConfig { data_pages: 64 })
+    let rec = Recorder::open(&RecorderConfig { data_pages: 64 })
         .map_err(|e| format!("opening the recorder: {e}"))?;
     let set = |v: u32| {
         sys::set_module_param("textpoke", "conflict_write", &v.to_string())
@@ -849,14 +835,7 @@ fn conflict_run(kcore: &Kcore, sites: &[Site], kind: u32) -> Result<String, Stri
     let flipped = exerciser::command(&cmd);
     set(0)?;
     let after = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
-    let drain = rec.drain();
-    drop(rec);
-    if drain.lost_events > 0 || !drain.errors.is_empty() {
-        return Err(format!(
-            "perf lost {} records, errors {:?}",
-            drain.lost_events, drain.errors
-        ));
-    }
+    let drain = rec.drain_whole()?;
     if flipped != Err(EIO) {
         return Err(format!("`{cmd}` returned {flipped:?}, not EIO"));
     }

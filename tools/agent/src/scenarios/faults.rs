@@ -500,14 +500,7 @@ fn flip_case(kcore: &Kcore, inj: &Injector) -> Case {
             chosen.push(s);
         }
     }
-    let cmd = format!(
-        "flip {}",
-        chosen
-            .iter()
-            .map(|s| s.index.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let cmd = exerciser::flip_command(&chosen);
     let before = std::cell::RefCell::new(Vec::new());
     let t = enumerate(
         NAME,

@@ -511,16 +511,9 @@ pub fn one_start(
             .unwrap_or(Err("the kernel storm panicked".into()))?,
         None => 0,
     };
-    let mut rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
+    let rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
     ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
-    let drain = rec.drain();
-    drop(rec);
-    if drain.lost_events > 0 || !drain.errors.is_empty() {
-        return Err(format!(
-            "perf lost {} records, errors {:?}",
-            drain.lost_events, drain.errors
-        ));
-    }
+    let drain = rec.drain_whole()?;
     let copies = copies?;
     if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
         match collected {
