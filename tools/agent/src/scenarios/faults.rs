@@ -15,9 +15,10 @@
 //!
 //! `FUNCTION_ERROR_INJECTION` was not chosen: it fails functions marked for it, and textpoke's
 //! allocations are Rust calls into the allocator, not such functions. `FAIL_PAGE_ALLOC` fails
-//! page allocations, which textpoke makes only through `kvmalloc`'s fallback; failslab fails
+//! page allocations, which textpoke makes only through `kvmalloc`'s fallback; failslab reaches
 //! both of `kvmalloc`'s attempts, the slab one and the `vmalloc` one (whose `vmap_area` is
-//! slab-allocated).
+//! slab-allocated), though `fail-nth` fails only one of them per run: a growing `KVVec`, which
+//! tries `krealloc` and then `kvmalloc`, survives it.
 //!
 //! Which allocation point each failure hit is what the kernel's tracing says: a return probe on
 //! `should_failslab()` whose non-zero returns record a stack trace, in a trace instance of its
@@ -37,15 +38,17 @@
 //! - `schedstats_on/off` and `ftrace_on/off`: the kernel's own changes (a static key, the
 //!   function tracer on the syscall wrappers, more functions than the kernel queue keeps room
 //!   for). No change is handed back to the kernel's own path for lack of memory (on arm64 that
-//!   path writes with no record, which the listener would miss): a queue that cannot grow
-//!   commits what it holds and goes on. The ftrace transition's failures must hit the queue's
-//!   growth, or that path never ran. The text afterwards is what the kernel made of the same
+//!   path writes with no record, which the listener would miss). The ftrace transition's
+//!   failures must hit the queue's growth. One failure does not stop it: the kernel crate's
+//!   `KVVec` reallocates with `krealloc`, then `kvmalloc`, and `fail-nth` fails one allocation,
+//!   so the queue's commit-and-retry when growing fails is not reached here (nor was the
+//!   hand-back it replaced). The text afterwards is what the kernel made of the same
 //!   transition with textpoke unloaded (x86's calls into ftrace trampolines only as calls: a
 //!   trampoline's address is the kernel's to choose at each start).
 //! - A record that textpoke's own log (debugfs `records`) could not keep is counted as dropped:
 //!   over each kernel case, emptied at its start, the records emitted (textpoke's counters) are
-//!   those in the log plus those it counts dropped, and it drops no more than the failures that
-//!   hit it (one past a page may drop nothing: `kvmalloc` falls back to `vmalloc`).
+//!   those in the log plus those it counts dropped. (How many a failure drops is not fixed: the
+//!   log's growth survives one failure as the queue's does, and a full log drops every record.)
 //!
 //! # kmemleak
 //!
@@ -703,9 +706,7 @@ fn kernel_cases(
             .filter(|(p, _)| p.starts_with("poke_log::"))
             .map(|(_, n)| *n as u64)
             .sum::<u64>();
-        // Every record emitted is in the log or counted as dropped; a failure that hit the
-        // log's growth drops at most one (past a page, `kvmalloc` falls back to `vmalloc`,
-        // and nothing is dropped).
+        // Every record emitted is in the log or counted as dropped.
         let log = (|| -> Result<(u64, u64, u64), String> {
             cleared?;
             let emitted = emitted()?.saturating_sub(emitted_before?);
@@ -720,12 +721,10 @@ fn kernel_cases(
             .sum();
         let untrue_log = match &log {
             Err(e) => Some(format!("the engine's log: {e}")),
-            Ok((emitted, logged, dropped))
-                if emitted.checked_sub(*logged) != Some(*dropped) || *dropped > in_log =>
-            {
+            Ok((emitted, logged, dropped)) if emitted.checked_sub(*logged) != Some(*dropped) => {
                 Some(format!(
                     "{emitted} records emitted, {logged} in the engine's log, which counted \
-                     {dropped} dropped after {in_log} failures hit it"
+                     {dropped} dropped ({in_log} failures hit it)"
                 ))
             }
             Ok(_) => None,
