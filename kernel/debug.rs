@@ -15,7 +15,7 @@ use crate::plan::Protocol;
 use kernel::static_assert;
 
 /// What each seeded defect of the table (`kernel/defects.rs`) does here.
-const BEHAVIOUR: [(SeededDefect, Defect); 14] = [
+const BEHAVIOUR: [(SeededDefect, Defect); 15] = [
     (
         defects::RECORD_BEFORE_GUARD_SYNC,
         Defect::Plan(Protocol::RecordBeforeGuardSync),
@@ -45,6 +45,7 @@ const BEHAVIOUR: [(SeededDefect, Defect); 14] = [
         Defect::ReleaseTextOnFailure,
     ),
     (defects::IGNORE_CONFLICTS, Defect::IgnoreConflicts),
+    (defects::HAND_BACK_WHEN_FULL, Defect::HandBackWhenFull),
 ];
 // Every defect of the table has its behaviour here, once.
 static_assert!(BEHAVIOUR.len() == defects::ALL.len());
@@ -80,6 +81,9 @@ pub(crate) enum Defect {
     /// A batch that finds another patcher's bytes at a guarded site leaves them, whether its
     /// guard stands in front of them or not, and corrects no record.
     IgnoreConflicts,
+    /// A kernel change that finds the queue unable to grow is handed back to the kernel's
+    /// stock path, instead of what the queue holds being committed first.
+    HandBackWhenFull,
 }
 
 impl Defect {
@@ -128,6 +132,8 @@ extern "C" {
     /// Likewise: what the next module batches write at their first guarded site, playing
     /// another patcher, before their guards are checked (0: nothing).
     static textpoke_conflict_write: kernel::ffi::c_int;
+    /// Likewise: whether the kernel queue refuses to grow past the room it has (0: no).
+    static textpoke_refuse_growth: kernel::ffi::c_int;
 }
 
 /// The write of the next module batch that fails on purpose, counted from 1 over the writes its
@@ -152,6 +158,19 @@ pub(crate) fn releases_text_on_failure() -> bool {
     #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
     {
         defect() == Defect::ReleaseTextOnFailure
+    }
+    #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+    false
+}
+
+/// Whether the kernel queue refuses to grow past the room it has (`refuse_growth`, debug
+/// builds), as if memory had run out, so that a guest check can run what the queue does then.
+/// Always `false` in a production build.
+pub(crate) fn refuses_queue_growth() -> bool {
+    #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+    {
+        // SAFETY: An `int` module parameter, read once per queued change.
+        unsafe { core::ptr::read_volatile(&raw const textpoke_refuse_growth) != 0 }
     }
     #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
     false

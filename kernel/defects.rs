@@ -97,6 +97,9 @@ defects! {
     IGNORE_CONFLICTS = 14 "ignore_conflicts" Guest
         "control_conflicts_ignored_caught"
         "a batch leaves another patcher's bytes behind its own guard, and corrects no record it made untrue";
+    HAND_BACK_WHEN_FULL = 15 "hand_back_when_full" Guest
+        "control_kernel_queue_full_hand_back_caught"
+        "a kernel change that finds the queue unable to grow is handed back to the stock path";
 }
 
 /// The defect selected by `mode`, if any.

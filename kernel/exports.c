@@ -128,6 +128,15 @@ int textpoke_conflict_write;
 module_param_cb(conflict_write, &textpoke_debug_protocol_ops, &textpoke_conflict_write, 0600);
 MODULE_PARM_DESC(conflict_write,
 		 "DEBUG BUILDS ONLY: write at a batch's first guarded site before its guards are checked (0: no, the default; 1: behind the guard; 2: over it)");
+
+/*
+ * DEBUG BUILDS ONLY: the kernel queue refuses to grow past the room it has,
+ * as if memory had run out (kernel/debug.rs).
+ */
+int textpoke_refuse_growth;
+module_param_cb(refuse_growth, &textpoke_debug_protocol_ops, &textpoke_refuse_growth, 0600);
+MODULE_PARM_DESC(refuse_growth,
+		 "DEBUG BUILDS ONLY: the kernel queue cannot grow past the room it has (0: it can, the default)");
 MODULE_PARM_DESC(debug_protocol,
-		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text, 12 skip the listener handshake, 13 release text_mutex on a failed write, 14 ignore other patchers' writes at guarded sites (kernel/defects.rs)");
+		 "DEBUG BUILDS ONLY, breaks the guarantees: 0 guarded (default), 1 record before the guard sync, 2 no sync between tails and first bytes (x86), 3 unguarded nosync writes, 4 BEFORE/AFTER records around nosync writes, 5 trap emulates the old instruction, 6 trap emulates another site's new instruction, 7 skip one site's final write, 8 drop one record, 9 wrong old bytes in one record, 10 swallow foreign traps, 11 register over other patchers' text, 12 skip the listener handshake, 13 release text_mutex on a failed write, 14 ignore other patchers' writes at guarded sites, 15 hand a kernel change back when the queue cannot grow (kernel/defects.rs)");
 #endif

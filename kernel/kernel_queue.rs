@@ -60,6 +60,9 @@ impl State {
     /// Makes room for one more change in both `entries` and `state`, so that neither push
     /// after it can fail. Within the room kept, it allocates nothing.
     pub(crate) fn room_for_one(&mut self) -> bool {
+        if self.entries.len() >= self.entries.capacity() && crate::debug::refuses_queue_growth() {
+            return false;
+        }
         self.entries.reserve(1, GFP_KERNEL).is_ok() && self.state.reserve(1).is_ok()
     }
 

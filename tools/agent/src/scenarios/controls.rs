@@ -916,6 +916,93 @@ fn conflicts_ignored_control(kcore: &Kcore) -> Case {
     }
 }
 
+/// What [`queue_full_run`] checks, by name.
+const QUEUE_FULL: &str = "kernel_queue_full_commits_and_goes_on";
+
+/// The kernel queue unable to grow (the debug build's `refuse_growth`), with a listener open:
+/// the function tracer on the syscall wrappers, on and off, more changes than the queue's room.
+/// Each transition's records must replay onto the kernel text, textpoke must hand no change
+/// back, and it must have committed more than one batch (what the queue held went first).
+/// On arm64 a change handed back is written by the stock path with no record.
+fn queue_full_run(kcore: &Kcore) -> Result<String, String> {
+    use textpoke_agent::platform::perf::Listener;
+    let _listening = Listener::open().map_err(|e| format!("opening a listener: {e}"))?;
+    let wrappers = if guest::is_x86() {
+        "__x64_sys_*"
+    } else {
+        "__arm64_sys_*"
+    };
+    kernel_patching::filter(wrappers)?;
+    let set = |v: u32| {
+        sys::set_module_param("textpoke", "refuse_growth", &v.to_string())
+            .map_err(|e| format!("setting refuse_growth={v}: {e}"))
+    };
+    set(1)?;
+    let runs = [
+        ("on", kernel_patching::tracer_run(kcore, "function")),
+        ("off", kernel_patching::tracer_run(kcore, "nop")),
+    ];
+    set(0)?;
+    kernel_patching::filter("")?;
+    let mut lines = Vec::new();
+    for (dir, r) in runs {
+        match r.check {
+            kernel_patching::KernelCheck::Passed(line) if r.declined == 0 && r.batches >= 2 => {
+                lines.push(format!("{dir}: {line}, in {} kernel batches", r.batches))
+            }
+            kernel_patching::KernelCheck::Passed(line) => {
+                return Err(format!(
+                    "{dir}: {line}, but {} changes handed back and {} kernel batches",
+                    r.declined, r.batches
+                ))
+            }
+            kernel_patching::KernelCheck::RecordsDisagree(e) => {
+                return Err(format!("{dir}: the records disagree with the text: {e}"))
+            }
+            kernel_patching::KernelCheck::Failed(e) => return Err(format!("{dir}: {e}")),
+        }
+    }
+    Ok(lines.join("; "))
+}
+
+/// [`queue_full_run`] on the correct debug build.
+fn queue_full_case(kcore: &Kcore) -> Case {
+    let run = || {
+        reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
+        queue_full_run(kcore)
+    };
+    match run() {
+        Ok(line) => Case::pass(QUEUE_FULL).with_log(line),
+        Err(e) => Case::fail(QUEUE_FULL, e),
+    }
+}
+
+/// The same under the seeded defect that hands the change back when the queue cannot grow:
+/// on arm64 the records must disagree with the text (the stock path records nothing); on x86,
+/// whose stock path records its changes, the hand-backs themselves are the signature.
+fn queue_full_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::HAND_BACK_WHEN_FULL.caught_by;
+    let want = if guest::is_x86() {
+        "changes handed back"
+    } else {
+        "the records disagree with the text"
+    };
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defects::HAND_BACK_WHEN_FULL.mode, |_| {
+            Ok(queue_full_run(kcore))
+        })?;
+        match outcome {
+            Err(e) if e.contains(want) => Ok(format!("caught: {e}")),
+            Err(e) => Err(format!("{QUEUE_FULL} failed, but not with \"{want}\": {e}")),
+            Ok(line) => Err(format!("not caught: {line}")),
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// The load of the write-failure matrix: one batch of four sites, flipped once.
 const FAULT_SPEC: &str = "keys=1 sites=4 ftrace=0 flips=1 pokers=1";
 
@@ -1028,6 +1115,8 @@ pub fn cases(kcore: &Kcore) -> Case {
         children.push(text_released_on_failure_control(kcore));
         children.push(conflict_case(kcore));
         children.push(conflicts_ignored_control(kcore));
+        children.push(queue_full_case(kcore));
+        children.push(queue_full_control(kcore));
     }
     // Every site again, for whatever runs after the controls.
     children.push(match reload("textpoke", "") {

@@ -42,7 +42,8 @@
 //!   failures must hit the queue's growth. One failure does not stop it: the kernel crate's
 //!   `KVVec` reallocates with `krealloc`, then `kvmalloc`, and `fail-nth` fails one allocation,
 //!   so the queue's commit-and-retry when growing fails is not reached here (nor was the
-//!   hand-back it replaced). The text afterwards is what the kernel made of the same
+//!   hand-back it replaced): the negative controls' `kernel_queue_full_commits_and_goes_on`
+//!   runs it, with the debug build's queue refusing to grow. The text afterwards is what the kernel made of the same
 //!   transition with textpoke unloaded (x86's calls into ftrace trampolines only as calls: a
 //!   trampoline's address is the kernel's to choose at each start).
 //! - A record that textpoke's own log (debugfs `records`) could not keep is counted as dropped:

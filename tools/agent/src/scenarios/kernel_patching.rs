@@ -836,6 +836,52 @@ pub fn schedstats_run(kcore: &Kcore) -> KernelCheck {
     }
 }
 
+/// What [`tracer_run`] saw: the check, and textpoke's kernel batches and hand-backs.
+pub struct Counted {
+    /// The records replayed onto the kernel text, or why not.
+    pub check: KernelCheck,
+    /// Kernel batches textpoke committed.
+    pub batches: u64,
+    /// Kernel changes textpoke handed back to the stock path.
+    pub declined: u64,
+}
+
+/// The function tracer set to `name` through textpoke, with the filter the caller set, its
+/// records replayed onto the kernel text: [`KernelCheck::RecordsDisagree`] only if the replay
+/// failed.
+pub fn tracer_run(kcore: &Kcore, name: &str) -> Counted {
+    let text = match kernel_text() {
+        Ok(text) => text,
+        Err(e) => {
+            return Counted {
+                check: KernelCheck::Failed(e),
+                batches: 0,
+                declined: 0,
+            }
+        }
+    };
+    match transition_checked(kcore, text, false, || tracer(name)) {
+        Ok(t) => Counted {
+            check: KernelCheck::Passed(format!(
+                "{} records replayed exactly onto the kernel text",
+                t.replayed
+            )),
+            batches: t.delta("kernel.batches"),
+            declined: t.delta("kernel.declined"),
+        },
+        Err(e) => Counted {
+            check: match e {
+                TransitionError::Replay(f) => {
+                    KernelCheck::RecordsDisagree(format!("the kcore replay failed: {f}"))
+                }
+                TransitionError::Other(e) => KernelCheck::Failed(e),
+            },
+            batches: 0,
+            declined: 0,
+        },
+    }
+}
+
 /// A failed case's diagnostic ("" for any other).
 pub fn diagnostic(case: &Case) -> &str {
     match &case.result {
