@@ -428,7 +428,7 @@ impl Batch {
                 self.kernel,
                 &self.entries,
                 cpu::cond_resched,
-                || run.plan(defect, protocol),
+                || run.plan(protocol),
             ),
         };
         let table_ns = clock::now().saturating_sub(table_start);
@@ -669,9 +669,11 @@ struct Run<'a, A> {
 impl<'a, A: TextAccess> Run<'a, A> {
     /// Runs the plan phase by phase, with the batch published in the pending table.
     ///
-    /// `defect` (debug builds) may break the plan or skip one step of it on purpose.
-    fn plan(&mut self, defect: Defect, protocol: Protocol) -> Result {
+    /// The commit's seeded defect (`Run::defect`, debug builds) may break the plan or skip one
+    /// step of it on purpose.
+    fn plan(&mut self, protocol: Protocol) -> Result {
         let entries = self.entries;
+        let defect = self.defect;
         // A seeded plan defect replaces the guarded protocol only: the controls that look for it
         // record, so a listener is there.
         let protocol = match protocol {

@@ -839,14 +839,12 @@ fn conflict_run(kcore: &Kcore, sites: &[Site], kind: u32) -> Result<String, Stri
     if flipped != Err(EIO) {
         return Err(format!("`{cmd}` returned {flipped:?}, not EIO"));
     }
-    let guard: &[u8] = if guest::is_x86() {
-        &[0xcc]
-    } else {
-        &[0x00, 0x01, 0x20, 0xd4]
-    };
     for s in &chosen {
         let at = (s.addr - base) as usize;
-        if after.get(at..).is_some_and(|b| b.starts_with(guard)) {
+        if after
+            .get(at..)
+            .is_some_and(crate::scenarios::listener::is_guard)
+        {
             return Err(format!("site {:#x} still holds the guard", s.addr));
         }
     }
@@ -927,12 +925,7 @@ const QUEUE_FULL: &str = "kernel_queue_full_commits_and_goes_on";
 fn queue_full_run(kcore: &Kcore) -> Result<String, String> {
     use textpoke_agent::platform::perf::Listener;
     let _listening = Listener::open().map_err(|e| format!("opening a listener: {e}"))?;
-    let wrappers = if guest::is_x86() {
-        "__x64_sys_*"
-    } else {
-        "__arm64_sys_*"
-    };
-    kernel_patching::filter(wrappers)?;
+    kernel_patching::filter(crate::scenarios::faults::ftrace_filter())?;
     let set = |v: u32| {
         sys::set_module_param("textpoke", "refuse_growth", &v.to_string())
             .map_err(|e| format!("setting refuse_growth={v}: {e}"))

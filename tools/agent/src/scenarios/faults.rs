@@ -87,7 +87,7 @@ const MAX_NTH: u32 = 400;
 /// The function tracer's filter for the `ftrace` operations: the syscall wrappers, some
 /// hundreds of functions, more than the kernel queue's room (`kernel_queue::KERNEL_MIN_SITES`,
 /// 256), so that enabling them grows it.
-fn ftrace_filter() -> &'static str {
+pub fn ftrace_filter() -> &'static str {
     if guest::is_x86() {
         "__x64_sys_*"
     } else {
@@ -99,9 +99,11 @@ fn ftrace_filter() -> &'static str {
 /// function).
 const FTRACE_FUNCTIONS: usize = 257;
 
-/// Whether an allocation point is the kernel queue's growth (`patcher::queue`).
+/// Whether an allocation point is the kernel queue's growth (`kernel_queue::State::room_for_one`,
+/// and the commit state it reserves). `patcher::commit`'s is the queue's room given back, no
+/// growth.
 fn queue_growth(point: &str) -> bool {
-    ["patcher::", "kernel_queue::", "entry::CommitState::"]
+    ["kernel_queue::", "entry::CommitState::"]
         .iter()
         .any(|p| point.starts_with(p))
 }

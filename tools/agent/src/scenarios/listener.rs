@@ -291,7 +291,7 @@ pub fn replay(
 }
 
 /// Whether `bytes` begin with textpoke's guard (x86 `INT3`, arm64 `BRK #0x008`).
-fn is_guard(bytes: &[u8]) -> bool {
+pub fn is_guard(bytes: &[u8]) -> bool {
     if is_x86() {
         bytes.first() == Some(&0xcc)
     } else {
