@@ -18,7 +18,8 @@
 #    x86_64 and arm64 ones first; the planned boots start as soon as their guest is built, two
 #    at a time (single-threaded TCG uses one host core each), while the later guests build;
 #    one log per arch also goes through the kernel's own KTAP parser;
-# 3. beside the boots: checkpatch on the kernel patch series, perf built with the series'
+# 3. beside the boots: checkpatch on the kernel patch series, the table of kernel text writers
+#    (docs/writers.md) against the patched source, perf built with the series'
 #    cs-etm patch and its synthetic-trace decode, `make CLIPPY=1` of the modules (production
 #    and debug builds) per arch. The host checks are mostly single-threaded (loom, the mutants,
 #    the fuzz runs) and so are the module builds, so the lanes share the two cores instead of
@@ -150,6 +151,12 @@ checkpatch() {
 }
 step "checkpatch --strict on tools/patches"
 check checkpatch "checkpatch.pl --strict on the patch series" -- checkpatch
+
+# docs/writers.md names every writer of kernel text in the patched source, and nothing else.
+step "the writers of kernel text in docs/writers.md"
+check writers "docs/writers.md against the patched source" -- \
+	"$runner" writers --tree "$cache/kernel/patched" --table docs/writers.md
+tail -n 1 "$out/writers.log"
 
 # perf with the series' cs-etm patch (0012), built from the patched source: a synthetic
 # CoreSight trace whose kernel text is poked mid-way must decode to the truth, and a dropped or

@@ -122,6 +122,20 @@ enum Cmd {
         /// The module.
         ko: PathBuf,
     },
+    /// Check that docs/writers.md names every use of a text-writing primitive in the kernel
+    /// tree TREE, and nothing else (tools/runner/src/judge/writers.rs); with `--list`, print
+    /// the uses found instead, one table row each.
+    Writers {
+        /// The patched kernel source.
+        #[arg(long)]
+        tree: PathBuf,
+        /// The table.
+        #[arg(long, default_value = "docs/writers.md")]
+        table: PathBuf,
+        /// Print the uses found as table rows, and judge nothing.
+        #[arg(long)]
+        list: bool,
+    },
     /// Read the observed executions an arm64 boot printed (tools/etm/src/dataset.rs), trace
     /// them as an ETM would and have perf (`$TEXTPOKE_PERF`, else /usr/bin/perf) decode them
     /// in WORK against the boot's records, none, and BEFORE/AFTER pairs (the AFTER after the
@@ -302,6 +316,7 @@ fn main() -> ExitCode {
             cpu.as_deref(),
         ),
         Cmd::TrapPath { ko } => trap_path(&ko),
+        Cmd::Writers { tree, table, list } => writers(&tree, &table, list),
         Cmd::EtmObserved { log, work } => etm_observed(&log, &work),
         Cmd::Boot(args) => boot(args),
         Cmd::Summary { dir } => summary(&dir),
@@ -476,6 +491,41 @@ fn trap_path(ko: &std::path::Path) -> Result<bool> {
         );
     }
     Ok(escapes.is_empty())
+}
+
+fn writers(tree: &std::path::Path, table: &std::path::Path, list: bool) -> Result<bool> {
+    use textpoke_runner::judge::writers;
+    let found = writers::scan(tree)?;
+    if list {
+        for u in &found {
+            println!("| `{}` | `{}()` | `{}` |", u.file, u.function, u.primitive);
+        }
+        return Ok(true);
+    }
+    let text = std::fs::read_to_string(table).map_err(|e| format!("{}: {e}", table.display()))?;
+    let d = writers::compare(&found, &writers::table(&text)?);
+    for u in &d.unnamed {
+        eprintln!(
+            "{}: the tree has a writer it does not name: {u}",
+            table.display()
+        );
+    }
+    for u in &d.stale {
+        eprintln!(
+            "{}: names a writer the tree does not have: {u}",
+            table.display()
+        );
+    }
+    println!(
+        "{} uses of {} text-writing primitives in {}: {} not in {}, {} of its rows stale",
+        found.len(),
+        writers::PRIMITIVES.len(),
+        tree.display(),
+        d.unnamed.len(),
+        table.display(),
+        d.stale.len()
+    );
+    Ok(d.is_empty())
 }
 
 /// Executions the arm64 boot's trace must hold: as many as the observer must classify

@@ -378,7 +378,7 @@ printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
 printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
 printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
 printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
-printf '[    1.000009]     1..12\r\n'
+printf '[    1.000009]     1..13\r\n'
 printf '[    1.000010]     ok 1 scenario_one_poker\r\n'
 printf '[    1.000011]     ok 2 scenario_concurrent_pokers\r\n'
 printf '[    1.000012]     ok 3 scenario_observed\r\n'
@@ -388,10 +388,11 @@ printf '[    1.000015]     ok 6 bad_input\r\n'
 printf '[    1.000016]     ok 7 outsider\r\n'
 printf '[    1.000017]     ok 8 kernel_suites\r\n'
 printf '[    1.000018]     ok 9 kernel_patching\r\n'
-printf '[    1.000019]     ok 10 cpu_hotplug\r\n'
-printf '[    1.000020]     ok 11 listener\r\n'
-printf '[    1.000021]     ok 12 negative_controls\r\n'
-printf '[    1.000022] ok 2 textpoke_agent\r\n'
+printf '[    1.000019]     ok 10 other_writers\r\n'
+printf '[    1.000020]     ok 11 cpu_hotplug\r\n'
+printf '[    1.000021]     ok 12 listener\r\n'
+printf '[    1.000022]     ok 13 negative_controls\r\n'
+printf '[    1.000023] ok 2 textpoke_agent\r\n'
 "#;
 
 #[test]
@@ -470,6 +471,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         "clippy",
         "rustfmt",
         "checkpatch",
+        "writers",
         "perf-cs-etm",
         "lint-x86_64",
         "lint-arm64",
@@ -478,12 +480,12 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         want.push(format!("  {c}: {host}"));
     }
     assert_eq!(missing, want, "{stdout}");
-    // 13 tests in each of the 2 x86_64 guest boots (the self-test's and the 12 cases of the
+    // 14 tests in each of the 2 x86_64 guest boots (the self-test's and the 13 cases of the
     // groups); the harness boots came out as pass, not as the failures they must be (5
     // failed); the 3 arm64 boots and the x86_64 mitigations boot never ran, and neither did the
-    // kunit.py cross-checks, since no kunit.py was given (6 failed); and the 11 host checks
+    // kunit.py cross-checks, since no kunit.py was given (6 failed); and the 12 host checks
     // never reported.
-    assert_count(&stdout, "26 passed, 23 failed");
+    assert_count(&stdout, "28 passed, 24 failed");
 }
 
 #[test]
@@ -631,8 +633,8 @@ fn a_killed_host_lane_fails_the_summary_by_name() {
     for name in lane_recorded {
         assert!(!stdout.contains(&format!("  {name}: never")), "{stdout}");
     }
-    // 4 guest boots of 2 tests, 7 harness boots, 2 kunit.py cross-checks, 7 host checks.
-    assert_count(&stdout, "26 passed, 4 failed");
+    // 4 guest boots of 2 tests, 7 harness boots, 2 kunit.py cross-checks, 8 host checks.
+    assert_count(&stdout, "27 passed, 4 failed");
 }
 
 #[test]
@@ -641,12 +643,12 @@ fn a_finished_run_without_loom_s_report_fails_by_name() {
     let out = s.out();
     let m = plan_and_boot_everything(&out);
     record_planned(&out, &m, &[]);
-    assert_count(&summary(&out, 0), "30 passed, 0 failed");
+    assert_count(&summary(&out, 0), "31 passed, 0 failed");
 
     fs::remove_file(out.join("loom.json")).unwrap();
     let stdout = summary(&out, 1);
     assert_never_reported(&stdout, "loom");
-    assert_count(&stdout, "29 passed, 1 failed");
+    assert_count(&stdout, "30 passed, 1 failed");
 }
 
 #[test]
@@ -671,7 +673,7 @@ fn a_failed_record_counts_its_check_as_failed() {
         stdout.contains("\n  clippy: as tools/test.sh records it"),
         "{stdout}"
     );
-    assert_count(&stdout, "28 passed, 2 failed");
+    assert_count(&stdout, "29 passed, 2 failed");
 }
 
 #[test]

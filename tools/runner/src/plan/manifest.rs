@@ -605,6 +605,7 @@ pub const HOST_CHECKS: &[&str] = &[
     "clippy",
     "rustfmt",
     "checkpatch",
+    "writers",
     "perf-cs-etm",
 ];
 
@@ -681,6 +682,7 @@ mod tests {
                 "clippy",
                 "rustfmt",
                 "checkpatch",
+                "writers",
                 "perf-cs-etm",
                 "lint-x86_64",
                 "lint-arm64",
