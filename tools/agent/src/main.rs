@@ -45,7 +45,7 @@ mod scenarios;
 use scenarios::scenario::{self, region, Evidence, SCENARIOS};
 use scenarios::{
     badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, observed, outsider,
-    plan, stress,
+    plan, stress, writers,
 };
 
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
@@ -249,6 +249,9 @@ fn test_suite(ktap: &mut Ktap) {
             }
             if runs("kernel_patching") {
                 cases.push(timed("kernel_patching", || kernel_patching::cases(&kcore)));
+            }
+            if runs("other_writers") {
+                cases.push(timed("other_writers", || writers::cases(&kcore)));
             }
             if runs("cpu_hotplug") {
                 cases.push(timed("cpu_hotplug", || hotplug::cases(&sites, &kcore)));

@@ -56,6 +56,10 @@ pub const GROUPS: &[Group] = &[
         cases: &["kernel_patching"],
     },
     Group {
+        name: "other_writers",
+        cases: &["other_writers"],
+    },
+    Group {
         name: "cpu_hotplug",
         cases: &["cpu_hotplug"],
     },

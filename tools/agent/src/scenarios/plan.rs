@@ -35,6 +35,8 @@ pub enum Planned {
     Listener,
     /// scenarios/kernel_patching.rs.
     KernelPatching,
+    /// scenarios/writers.rs.
+    OtherWriters,
     /// scenarios/controls.rs, in a boot that runs them.
     NegativeControls,
     /// kernel_patching::unload_refused_mid_update.
@@ -68,6 +70,7 @@ impl Planned {
             Self::CpuHotplug => "cpu_hotplug",
             Self::Listener => "listener",
             Self::KernelPatching => "kernel_patching",
+            Self::OtherWriters => "other_writers",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
             Self::Unload => "unload",
@@ -80,7 +83,7 @@ impl Planned {
 
 impl Planned {
     /// The cases a group may add, each once, in document order.
-    const IN_GROUPS: [Self; 12] = [
+    const IN_GROUPS: [Self; 13] = [
         Self::Scenario(0),
         Self::Scenario(1),
         Self::ScenarioObserved,
@@ -90,6 +93,7 @@ impl Planned {
         Self::Outsider,
         Self::KernelSuites,
         Self::KernelPatching,
+        Self::OtherWriters,
         Self::CpuHotplug,
         Self::Listener,
         Self::NegativeControls,
