@@ -67,11 +67,10 @@ use textpoke_agent::platform::sys;
 use textpoke_agent::report::document::load_textpoke;
 use textpoke_agent::report::ktap::Case;
 
-use crate::scenarios::kernel_patching::{self, kernel_text};
+use crate::scenarios::kernel_patching::{self, kernel_text, TRACING};
 
 const FAILSLAB: &str = "/sys/kernel/debug/failslab";
 const FAIL_NTH: &str = "/proc/thread-self/fail-nth";
-const TRACING: &str = "/sys/kernel/debug/tracing";
 /// The trace instance the probe's stacks go to: switching the top instance's tracer (the
 /// `ftrace` operations do) empties its buffer, not this one's.
 const INSTANCE: &str = "textpoke_faults";

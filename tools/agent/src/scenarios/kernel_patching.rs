@@ -28,7 +28,7 @@ use textpoke_agent::platform::perf::{Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::{Case, CaseResult};
 
-const TRACING: &str = "/sys/kernel/debug/tracing";
+pub(crate) const TRACING: &str = "/sys/kernel/debug/tracing";
 const SCHEDSTATS: &str = "/proc/sys/kernel/sched_schedstats";
 
 /// The kernel image's text, `[_stext, _etext)`, from `/proc/kallsyms`.

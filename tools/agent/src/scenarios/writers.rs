@@ -33,7 +33,8 @@ use textpoke_agent::platform::perf::{Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::Case;
 
-const TRACING: &str = "/sys/kernel/debug/tracing";
+use crate::scenarios::kernel_patching::{write, TRACING};
+
 const KPROBES_LIST: &str = "/sys/kernel/debug/kprobes/list";
 /// The kprobe events' group in tracefs.
 const EVENT_GROUP: &str = "textpoke_writers";
@@ -56,12 +57,6 @@ fn function() -> &'static str {
     } else {
         "__arm64_sys_getppid"
     }
-}
-
-fn write(path: &str, value: &str) -> Result<(), String> {
-    sys::write_file(path, value.as_bytes())
-        .map(drop)
-        .map_err(|e| format!("writing {value:?} to {path}: {e}"))
 }
 
 /// A kprobe event of [`EVENT_GROUP`]; disabled and removed when dropped.
@@ -104,40 +99,37 @@ impl Probe {
             .ok_or_else(|| format!("no {} in {path}", self.event))
     }
 
-    /// Whether kprobes lists it as an ftrace-based probe (`[FTRACE]`), which writes no
-    /// breakpoint of its own.
-    fn through_ftrace(&self) -> Result<bool, String> {
+    /// Its line in kprobes' list (`ADDRESS  k  SYMBOL+OFFSET  [FLAGS]`).
+    fn list_line(&self) -> Result<String, String> {
         let text = sys::read_text(KPROBES_LIST).map_err(|e| format!("{KPROBES_LIST}: {e}"))?;
-        let line = text
-            .lines()
+        text.lines()
             .find(|l| {
                 l.split_whitespace()
                     .next()
                     .and_then(|a| u64::from_str_radix(a, 16).ok())
                     == Some(self.addr)
             })
-            .ok_or_else(|| format!("no probe at {:#x} in {KPROBES_LIST}", self.addr))?;
-        Ok(line.contains("[FTRACE]"))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no probe at {:#x} in {KPROBES_LIST}", self.addr))
     }
 
-    /// The probe's line in the kprobes list, for the log.
-    fn listed(&self) -> String {
-        sys::read_text(KPROBES_LIST)
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find(|l| l.starts_with(&format!("{:016x}", self.addr)))
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| format!("{:#x}: not listed", self.addr))
+    /// Whether kprobes lists it as an ftrace-based probe (`[FTRACE]`), which writes no
+    /// breakpoint of its own.
+    fn through_ftrace(&self) -> Result<bool, String> {
+        Ok(self.list_line()?.contains("[FTRACE]"))
     }
 
-    fn remove(mut self) -> Result<(), String> {
-        self.removed = true;
+    /// Deletes the event (the kernel disarms and unregisters it).
+    fn delete(&self) -> Result<(), String> {
         write(
             &format!("{TRACING}/kprobe_events"),
             &format!("-:{EVENT_GROUP}/{}", self.event),
         )
+    }
+
+    fn remove(mut self) -> Result<(), String> {
+        self.removed = true;
+        self.delete()
     }
 }
 
@@ -145,10 +137,7 @@ impl Drop for Probe {
     fn drop(&mut self) {
         if !self.removed {
             let _ = self.enable(false);
-            let _ = write(
-                &format!("{TRACING}/kprobe_events"),
-                &format!("-:{EVENT_GROUP}/{}", self.event),
-            );
+            let _ = self.delete();
         }
     }
 }
@@ -311,7 +300,7 @@ fn life(
     }
     c.push(
         copy.point("armed", kcore, recorder, |s| changed(s, &before))
-            .with_log(probe.listed()),
+            .with_log(probe.list_line().unwrap_or_else(|e| e)),
     );
     armed_hook(copy, kcore);
     let hits_before = probe.hits();

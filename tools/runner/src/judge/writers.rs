@@ -14,7 +14,7 @@
 //! style writes every definition. A use by pointer (a primitive passed as an argument) counts
 //! as a use.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -285,20 +285,9 @@ impl Disagreement {
 
 /// Compares the uses found with those the table names.
 pub fn compare(found: &BTreeSet<Use>, named: &BTreeSet<Use>) -> Disagreement {
-    let by_key =
-        |s: &BTreeSet<Use>| -> BTreeMap<Use, ()> { s.iter().map(|u| (u.clone(), ())).collect() };
-    let (found, named) = (by_key(found), by_key(named));
     Disagreement {
-        unnamed: found
-            .keys()
-            .filter(|u| !named.contains_key(*u))
-            .cloned()
-            .collect(),
-        stale: named
-            .keys()
-            .filter(|u| !found.contains_key(*u))
-            .cloned()
-            .collect(),
+        unnamed: found.difference(named).cloned().collect(),
+        stale: named.difference(found).cloned().collect(),
     }
 }
 
