@@ -447,8 +447,48 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
             let (case, selftest) = foreign_brk(swallow);
             print_document(ktap, selftest, "textpoke_agent", vec![case]);
         }
+        // arm64: with textpoke loaded and unloaded again, the kernel's trap hook is back at its
+        // default, and a `BRK #0x008` must meet the stock kernel ("Oops - BRK"); on a kernel
+        // with control-flow integrity a default of the wrong type dies as a CFI failure instead.
+        "foreign_brk_unloaded" => {
+            let (case, selftest) = foreign_brk_unloaded();
+            print_document(ktap, selftest, "textpoke_agent", vec![case]);
+        }
         other => log(&format!("unknown check {other}")),
     }
+}
+
+/// The case of the harness boot that runs a `BRK #0x008` with textpoke unloaded (see
+/// [`harness_check`]) and lived to tell, and the self-test suite of the textpoke it loaded.
+///
+/// As in [`foreign_brk`], a setup that failed is a case of its own: only a load of
+/// `harness_brk` that returned says the BRK was survived.
+fn foreign_brk_unloaded() -> (Case, Case) {
+    let (r, selftest) = load_textpoke("");
+    let setup = r.and_then(|()| {
+        sys::unload_module("textpoke").map_err(|e| format!("unloading textpoke: {e}"))
+    });
+    if let Err(e) = setup {
+        return (
+            Case::fail(
+                "foreign_brk_unloaded_setup",
+                format!("no BRK ran, the setup failed: {e}"),
+            ),
+            selftest,
+        );
+    }
+    log("executing a BRK #0x008 with textpoke unloaded");
+    let case = match load("harness_brk", "") {
+        Ok(()) => Case::fail(
+            "foreign_brk_unloaded_reported",
+            "the CPU came back from BRK #0x008 with textpoke unloaded: the kernel hid it",
+        ),
+        Err(e) => Case::fail(
+            "foreign_brk_unloaded_command",
+            format!("harness_brk did not load ({e}): the BRK may not have run"),
+        ),
+    };
+    (case, selftest)
 }
 
 /// The case of a harness boot that runs a foreign `BRK #0x008` (see [`harness_check`]) and

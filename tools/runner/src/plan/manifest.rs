@@ -550,6 +550,23 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
         swallowed.arch = Arch::Arm64;
         boots.push(swallowed);
     }
+    if suite == Suite::TestDebug && arches.contains(&Arch::Arm64) {
+        // With textpoke loaded and unloaded again, the kernel's trap hook is at its default: a
+        // `BRK #0x008` must meet the stock kernel ("Oops - BRK"). The arm64 KASAN kernel is the
+        // one with control-flow integrity, where a default of the wrong type for the hook's
+        // indirect call dies as a CFI failure instead.
+        let mut unloaded = harness(
+            "foreign-brk-unloaded",
+            "foreign_brk_unloaded",
+            Verdict::Splat,
+            Some("Oops - BRK"),
+        );
+        unloaded.arch = Arch::Arm64;
+        unloaded.variant = Variant::Kasan;
+        unloaded.append.push(' ');
+        unloaded.append.push_str(KASAN_APPEND);
+        boots.push(unloaded);
+    }
     for b in &mut boots {
         b.require.extend(groups_asked(&b.append));
     }
@@ -908,7 +925,8 @@ mod tests {
                 "x86_64-kasan-smp4",
                 "x86_64-kasan-stress",
                 "arm64-kasan-smp4",
-                "arm64-kasan-stress"
+                "arm64-kasan-stress",
+                "harness-foreign-brk-unloaded"
             ]
         );
         assert_eq!(
@@ -918,10 +936,24 @@ mod tests {
                 (Arch::Arm64, Variant::Kasan)
             ]
         );
-        assert!(m
-            .boots
+        let (guests, checks) = m.boots.split_at(4);
+        assert!(guests
             .iter()
             .all(|b| b.smp == 4 && b.expect == Verdict::Pass));
+        let brk = &checks[0];
+        assert_eq!(
+            (brk.arch, brk.variant, brk.expect, brk.expect_log.as_deref()),
+            (
+                Arch::Arm64,
+                Variant::Kasan,
+                Verdict::Splat,
+                Some("Oops - BRK")
+            )
+        );
+        assert_eq!(
+            brk.append,
+            format!("textpoke.mode=check=foreign_brk_unloaded {KASAN_APPEND}")
+        );
         assert_eq!(
             m.boots[0].append,
             format!(
@@ -935,7 +967,8 @@ mod tests {
         );
         assert_eq!(m.boots[1].require, ["textpoke_selftest", STRESS_SUITE]);
         assert!(m.checks.is_empty());
-        assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 2);
+        assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 3);
+        assert_eq!(plan(Suite::TestDebug, &[Arch::X86_64]).boots.len(), 2);
     }
 
     #[test]
