@@ -14,20 +14,22 @@
 //! - take `text_mutex`, decide (read the count of listeners);
 //! - a guarded module batch releases `text_mutex` across each sync before its first record and
 //!   takes it again for its next write or record, and keeps it from its first record to its end
-//!   (`ModuleLocks` and `AcrossSyncs` in kernel/batch.rs), so a listener may be counted between
-//!   its guards and its first record but not after; a quiet one holds it to its end
+//!   (`ModuleLocks` and `AcrossSyncs` in kernel/batch.rs), so a listener may arrive between its
+//!   guards and its first record but not after; a quiet one holds it to its end
 //!   (`QuietLocks`); a kernel batch's caller holds it throughout either way (`CallerHeld`);
 //! - every write and record is made under `text_mutex`, each record stamped from a global clock;
 //!   between the parked section's start and end no other CPU runs, so no listener acts.
 //!
 //! Each listener:
 //!
-//! - is counted: `count++` under `text_mutex`, one atomic step taken only while the patcher does
-//!   not hold it (the listener does nothing else under the mutex, so this loses no interleaving);
-//! - receives every record emitted from then on ([`Attach::AtCount`], what the handshake
-//!   assumes), or only from a later step of its own ([`Attach::Later`]: perf counts the event in
-//!   `perf_event_open()`, and a record emitted before the listener has mapped its buffer and
-//!   enabled the event is not delivered);
+//! - is counted when its event is created (`perf_event_open()`): `count++`, one atomic step;
+//! - receives every record emitted from a later step of its own on, its arrival: the moment its
+//!   event has both a buffer and is enabled (perf delivers nothing to an event without either);
+//! - arrives under `text_mutex` ([`Attach::UnderTextMutex`], patch 0011: `ring_buffer_attach()`
+//!   and `_perf_event_enable()` take it for a `text_poke` event), one atomic step taken only
+//!   while the patcher does not hold it (the listener does nothing else under the mutex, so this
+//!   loses no interleaving); or, as the series first had it, takes `text_mutex` for its count
+//!   instead and arrives at any moment ([`Attach::CountedAtOpen`], the control);
 //! - copies the text at any later point, site by site in address order, each read taking a
 //!   whole instruction at once ([`Reads::Insn`]) or, on x86, its first byte and its tail
 //!   separately ([`Reads::Chunks`]), then reads the clock (the copy's time);
@@ -48,9 +50,12 @@
 //! What it shows (tools/core/tests/listener_model.rs): with one listener, the handshake never
 //! disagrees for module or kernel batches, and a listener that closes changes nothing else; the
 //! skipped handshake is caught. Three assumptions are each needed, and the model finds a
-//! disagreement without each: that a listener receives records from the moment it is counted
-//! ([`Attach::Later`]); that the copy reads each instruction in one piece ([`Reads::Chunks`]);
-//! and that no listener is counted between a site's record and its head write, which a second
+//! disagreement without each: that a listener synchronizes with `text_mutex` when it starts to
+//! receive records, not only when it is counted ([`Attach::CountedAtOpen`]: stock `perf record` opens
+//! its event, then maps its buffer, then copies kcore, and a guarded batch that decided and
+//! recorded in between, its heads written after the copy, leaves a guard in the copy that no
+//! record completes); that the copy reads each instruction in one piece ([`Reads::Chunks`]);
+//! and that no listener arrives between a site's record and its head write, which a second
 //! listener arriving while an x86 module batch has released `text_mutex` across the sync
 //! between its records and its heads would break: [`Locking::Module`] keeps the mutex from
 //! the first record on, and [`Locking::ModuleReleasingAcrossSyncs`], which does not, is the
@@ -73,9 +78,9 @@ use std::collections::HashMap;
 pub enum Locking {
     /// A module batch (`Batch::commit`): decides under `text_mutex`; guarded, it releases the
     /// mutex across each sync until it emits its first record and keeps it from then to its end
-    /// (x86 then holds it across the sync between the records and the heads), so a listener is
-    /// counted before a site's record or after its head, never between the two; quiet, it
-    /// holds it to its end.
+    /// (x86 then holds it across the sync between the records and the heads), so a listener
+    /// arrives before a site's record or after its head, never between the two; quiet, it holds
+    /// it to its end.
     Module,
     /// A kernel batch (`Batch::commit_kernel`): the caller holds `text_mutex` from before the
     /// decision to after the last step, guarded or quiet.
@@ -88,14 +93,15 @@ pub enum Locking {
     Skipped,
 }
 
-/// When a counted listener starts receiving records.
+/// Where a listener synchronizes with `text_mutex`: it is counted when its event is created and
+/// receives records from a later step of its own (its arrival: a buffer and the event enabled),
+/// before its copy.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Attach {
-    /// From the moment it is counted (the handshake's assumption).
-    AtCount,
-    /// From a later step of its own, not under `text_mutex`, before its copy: what a recorder
-    /// that opens its events, maps their buffers and then enables them gets.
-    Later,
+    /// Counted with no lock; arrives under `text_mutex` (patch 0011).
+    UnderTextMutex,
+    /// Counted under `text_mutex`; arrives at any moment: the control.
+    CountedAtOpen,
 }
 
 /// How the listener's copy reads each site.
@@ -186,7 +192,7 @@ impl Scenario {
             last: cur.into_iter().map(Option::unwrap_or_default).collect(),
             programs,
             listeners: Vec::new(),
-            attach: Attach::AtCount,
+            attach: Attach::UnderTextMutex,
             reads: Reads::Insn,
         })
     }
@@ -197,7 +203,7 @@ impl Scenario {
         self
     }
 
-    /// When listeners start receiving records (default [`Attach::AtCount`]).
+    /// Where listeners synchronize with `text_mutex` (default [`Attach::UnderTextMutex`]).
     pub fn attach(mut self, attach: Attach) -> Self {
         self.attach = attach;
         self
@@ -324,7 +330,7 @@ struct Rec {
 enum Phase {
     /// Not counted yet.
     Waiting,
-    /// Counted, not receiving records yet ([`Attach::Later`] only).
+    /// Counted, not receiving records yet.
     Counted,
     /// Receiving records; copying.
     Receiving,
@@ -510,21 +516,18 @@ impl Explorer<'_> {
             let mut s = st.clone();
             let me = &mut s.listeners[l];
             match who.phase {
-                Phase::Waiting if !st.held => {
+                Phase::Waiting if self.s.attach == Attach::UnderTextMutex || !st.held => {
                     s.count += 1;
-                    me.phase = match self.s.attach {
-                        Attach::AtCount => Phase::Receiving,
-                        Attach::Later => Phase::Counted,
-                    };
-                    me.from = st.records.len();
+                    me.phase = Phase::Counted;
                     next.push((format!("L{l} counted (count {})", s.count), s));
                 }
                 Phase::Waiting | Phase::Closed => {}
-                Phase::Counted => {
+                Phase::Counted if self.s.attach == Attach::CountedAtOpen || !st.held => {
                     me.phase = Phase::Receiving;
                     me.from = st.records.len();
-                    next.push((format!("L{l} enabled: receives records from here"), s));
+                    next.push((format!("L{l} arrives: receives records from here"), s));
                 }
+                Phase::Counted => {}
                 Phase::Receiving => {
                     if let Some((site, range)) = self.units.get(who.read).cloned() {
                         let bytes = &st.text[site][range.clone()];

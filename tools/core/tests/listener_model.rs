@@ -3,9 +3,9 @@
 //! agrees with the text through its records; one that closes is harmless; and the handshake
 //! skipped as defect 12 skips it is caught. Three assumptions the handshake rests on are each
 //! shown to be needed: a listener that arrives while an x86 module batch has released
-//! `text_mutex` between its records and its heads, a listener that receives records only from
-//! some time after it was counted, and a copy that reads an x86 instruction in two pieces can each
-//! disagree.
+//! `text_mutex` between its records and its heads, a listener that waits for `text_mutex` when it
+//! is counted rather than when it starts to receive records (as the series first counted), and a
+//! copy that reads an x86 instruction in two pieces can each disagree.
 
 use textpoke_core::listener::{exhaustive, Attach, BatchChanges, Locking, Reads, Report, Scenario};
 use textpoke_core::model::{change, parked};
@@ -192,8 +192,8 @@ fn a_listener_that_closes_is_harmless() {
 
 /// Why a module batch keeps `text_mutex` from its first record to its end. A guarded x86 module
 /// batch that released it across the sync between its records and its heads (the tails' sync)
-/// would let a second listener be counted there; copying the site before its head is written,
-/// it holds the guard, and the record that would complete it went out before it was counted:
+/// would let a second listener pass its wait there; copying the site before its head is written,
+/// it holds the guard, and the record that would complete it went out before it arrived:
 /// its copy ends unlike the text. arm64 has no sync between the two, a kernel batch's caller
 /// holds `text_mutex` throughout, and the module batch as built keeps it.
 #[test]
@@ -220,28 +220,27 @@ fn a_listener_counted_between_an_x86_record_and_its_head_misses_it() {
     }
 }
 
-/// The handshake assumes a listener receives every record emitted after it was counted. perf
-/// counts the event in `perf_event_open()`; a recorder that then maps its buffer and enables the
-/// event receives nothing emitted in between. A guarded batch's record emitted there, for a
-/// site whose head is written after the copy, leaves a guard in the copy that no record
-/// completes, whatever the locking.
+/// Why a listener waits for `text_mutex` when it starts to receive records, not when it is
+/// counted. perf counts the event in `perf_event_open()`; stock `perf record` then maps its
+/// buffer and copies kcore, and receives nothing emitted before the buffer is there. Counted
+/// under `text_mutex` at the open with no wait later (the series' first counting point), a
+/// guarded batch's record emitted between the open and the buffer, for a site whose head is
+/// written after the copy, leaves a guard in the copy that no record completes, whatever the
+/// locking.
 #[test]
-fn a_listener_that_receives_records_only_after_its_count_can_miss_one() {
+fn a_listener_that_waits_only_when_counted_can_miss_a_record() {
     for arch in [Arch::X86, Arch::Arm64] {
         for locking in [Locking::Module, Locking::Caller] {
             let (name, batches) = shapes(arch, 1).swap_remove(0);
             let r = exhaustive(
                 &scenario(arch, locking, batches)
                     .listener(false)
-                    .attach(Attach::Later),
+                    .attach(Attach::CountedAtOpen),
             );
-            show(
-                &format!("{locking:?} {name}, records from a later step"),
-                &r,
-            );
+            show(&format!("{locking:?} {name}, counted at the open"), &r);
             println!(
-                "listener model, {locking:?} {name}, records from a later step: found \
-                 disagreement: {}",
+                "listener model, {locking:?} {name}, counted at the open: found disagreement: \
+                 {}",
                 r.counterexample.as_deref().unwrap_or_default()
             );
             assert!(r.disagreements > 0);
