@@ -45,7 +45,7 @@ mod scenarios;
 use scenarios::scenario::{self, region, Evidence, SCENARIOS};
 use scenarios::{
     badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, observed, outsider,
-    plan, stress, writers,
+    plan, stock_recorder, stress, writers,
 };
 
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
@@ -259,6 +259,11 @@ fn test_suite(ktap: &mut Ktap) {
             if runs("listener") {
                 cases.push(timed("listener", || {
                     listener::cases(&sites, &kcore, &mut listening)
+                }));
+            }
+            if runs("stock_recorder") {
+                cases.push(timed("stock_recorder", || {
+                    stock_recorder::cases(&kcore, &mut listening)
                 }));
             }
             if runs("negative_controls") {
@@ -541,6 +546,15 @@ fn foreign_brk(swallow: bool) -> (Case, Case) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(stock_recorder::WAIT_SUBCOMMAND) {
+        // perf's workload in the stock recorder's group: wait for the storm to end.
+        let path = args.get(2).map_or("", String::as_str);
+        return if stock_recorder::wait_for(path) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     if args.get(1).map(String::as_str) == Some(RUN_SUBCOMMAND) {
         // perf's workload: run one scenario and report its success as the exit status.
         let spec = args.get(2).map_or("", String::as_str);

@@ -378,7 +378,7 @@ printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
 printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
 printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
 printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
-printf '[    1.000009]     1..13\r\n'
+printf '[    1.000009]     1..14\r\n'
 printf '[    1.000010]     ok 1 scenario_one_poker\r\n'
 printf '[    1.000011]     ok 2 scenario_concurrent_pokers\r\n'
 printf '[    1.000012]     ok 3 scenario_observed\r\n'
@@ -391,8 +391,9 @@ printf '[    1.000018]     ok 9 kernel_patching\r\n'
 printf '[    1.000019]     ok 10 other_writers\r\n'
 printf '[    1.000020]     ok 11 cpu_hotplug\r\n'
 printf '[    1.000021]     ok 12 listener\r\n'
-printf '[    1.000022]     ok 13 negative_controls\r\n'
-printf '[    1.000023] ok 2 textpoke_agent\r\n'
+printf '[    1.000022]     ok 13 stock_recorder\r\n'
+printf '[    1.000023]     ok 14 negative_controls\r\n'
+printf '[    1.000024] ok 2 textpoke_agent\r\n'
 "#;
 
 #[test]
@@ -485,7 +486,7 @@ fn plan_suite_and_a_guest_that_was_never_built() {
     // failed); the 3 arm64 boots and the x86_64 mitigations boot never ran, and neither did the
     // kunit.py cross-checks, since no kunit.py was given (6 failed); and the 12 host checks
     // never reported.
-    assert_count(&stdout, "28 passed, 24 failed");
+    assert_count(&stdout, "30 passed, 24 failed");
 }
 
 #[test]

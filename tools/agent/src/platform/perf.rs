@@ -663,35 +663,67 @@ impl Recorder {
         Self::open_attr(config, PerfEventAttr::text_poke().on_monotonic_clock())
     }
 
+    /// As [`Recorder::open_monotonic`], in the order `perf record` takes its steps: every
+    /// CPU's event opened enabled (perf's text-poke event is `immediate`), and only `gap` later
+    /// every buffer mapped. The kernel counts the events from their open, but delivers nothing
+    /// to an event without a buffer; `gap` draws out perf's own steps in between.
+    pub fn open_monotonic_mapped_late(
+        config: &RecorderConfig,
+        gap: std::time::Duration,
+    ) -> io::Result<Self> {
+        let mut attr = PerfEventAttr::text_poke().on_monotonic_clock();
+        attr.flags &= !attr_flags::DISABLED;
+        let events = Self::open_events(config, &attr)?;
+        std::thread::sleep(gap);
+        Self::map_events(config, events)
+    }
+
     fn open_attr(config: &RecorderConfig, attr: PerfEventAttr) -> io::Result<Self> {
+        let events = Self::open_events(config, &attr)?;
+        let recorder = Self::map_events(config, events)?;
+        recorder.enable()?;
+        Ok(recorder)
+    }
+
+    /// One event with `attr` per online CPU, with its CPU.
+    fn open_events(
+        config: &RecorderConfig,
+        attr: &PerfEventAttr,
+    ) -> io::Result<Vec<(u32, OwnedFd)>> {
         if !config.data_pages.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let cpus = crate::platform::sys::online_cpus()?;
-        let mut buffers = Vec::with_capacity(cpus.len());
+        let mut events = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
-            let fd = match perf_event_open(&attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) {
-                Ok(fd) => fd,
+            match perf_event_open(attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) {
+                Ok(fd) => events.push((cpu, fd)),
                 // Gone offline since the list was read (the hotplug group takes one CPU
                 // offline and back all the time, and keeps every patcher it runs off it). perf
                 // has no event there, as `perf record` would not: a record emitted on that
                 // CPU later is lost, and the replay of what was recorded fails on it.
                 Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
                 Err(e) => return Err(e),
-            };
+            }
+        }
+        if events.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Ok(events)
+    }
+
+    /// The recorder of `events`, each with its buffer mapped.
+    fn map_events(config: &RecorderConfig, events: Vec<(u32, OwnedFd)>) -> io::Result<Self> {
+        let mut buffers = Vec::with_capacity(events.len());
+        for (cpu, fd) in events {
             let mapped = MappedRing::map(&fd, config.data_pages)?;
             buffers.push(CpuBuffer { cpu, fd, mapped });
         }
-        if buffers.is_empty() {
-            return Err(io::Error::from_raw_os_error(libc::ENODEV));
-        }
-        let recorder = Self {
+        Ok(Self {
             buffers,
             layout: SampleIdLayout::new(SAMPLE_TYPE),
             scratch: Vec::new(),
-        };
-        recorder.enable()?;
-        Ok(recorder)
+        })
     }
 
     /// Enables every CPU's event (`PERF_EVENT_IOC_ENABLE`).

@@ -68,6 +68,10 @@ pub const GROUPS: &[Group] = &[
         cases: &["listener"],
     },
     Group {
+        name: "stock_recorder",
+        cases: &["stock_recorder"],
+    },
+    Group {
         name: "negative_controls",
         cases: &["negative_controls"],
     },

@@ -18,5 +18,6 @@ pub mod observed;
 pub mod outsider;
 pub mod plan;
 pub mod scenario;
+pub mod stock_recorder;
 pub mod stress;
 pub mod writers;

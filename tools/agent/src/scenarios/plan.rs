@@ -37,6 +37,8 @@ pub enum Planned {
     KernelPatching,
     /// scenarios/writers.rs.
     OtherWriters,
+    /// stock_recorder::cases.
+    StockRecorder,
     /// scenarios/controls.rs, in a boot that runs them.
     NegativeControls,
     /// kernel_patching::unload_refused_mid_update.
@@ -71,6 +73,7 @@ impl Planned {
             Self::Listener => "listener",
             Self::KernelPatching => "kernel_patching",
             Self::OtherWriters => "other_writers",
+            Self::StockRecorder => "stock_recorder",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
             Self::Unload => "unload",
@@ -83,7 +86,7 @@ impl Planned {
 
 impl Planned {
     /// The cases a group may add, each once, in document order.
-    const IN_GROUPS: [Self; 13] = [
+    const IN_GROUPS: [Self; 14] = [
         Self::Scenario(0),
         Self::Scenario(1),
         Self::ScenarioObserved,
@@ -96,6 +99,7 @@ impl Planned {
         Self::OtherWriters,
         Self::CpuHotplug,
         Self::Listener,
+        Self::StockRecorder,
         Self::NegativeControls,
     ];
 }

@@ -247,19 +247,23 @@ enum Role {
     /// batches and syncs), CPU hotplug (more CPUs to take down under a batch) and the listener
     /// (starts mid-storm, records on every CPU's buffer). Not the bad input (each request
     /// refused before any CPU is involved), Debian's perf (the records the scenarios' own
-    /// recorder checks at four CPUs, read by the same tool), nor the controls.
+    /// recorder checks at four CPUs, read by the same tool; `perf record` in a storm, whose
+    /// subject is its order of steps, not the CPUs), nor the controls.
     MoreCpus,
     /// `x86_64-mitigations`: what a distribution's config and compiler change: the text. Every
     /// group that writes, emulates or reads instructions of the kernel's or a module's text
     /// built with IBT, return thunks and retpolines by clang 19: the scenarios and the observed
     /// one, the bad input (its return-thunk case exists only here), the outsider (registering
     /// over the kernel's own sites in that text), the kernel's own patching and Debian's perf
-    /// against its text. Not hotplug, the listener or the controls, whose subject is timing
-    /// and the checks themselves, not the instructions.
+    /// against its text. Not hotplug, the listener (nor `perf record` in a storm) or the
+    /// controls, whose subject is timing and the checks themselves, not the instructions.
     OtherText,
     /// The KASAN and lockdep boots (`make test-debug`): textpoke's own code under the memory
     /// and lock checkers, so every group that runs it, but the controls (checks of the checks,
-    /// each reloading the modules, in `make test`) and the kernel's suites (`-smp 2`).
+    /// each reloading the modules, in `make test`), the kernel's suites (`-smp 2`) and `perf
+    /// record` in a storm (minutes of updates of every function, whose subject is the order of
+    /// perf's steps; lockdep meets the buffers and enables of `text_poke` events under
+    /// `text_mutex` in the other groups' recorders and in Debian's perf).
     Checked,
     /// `make test-full`'s boot: the -smp 2 boot's groups with all of ftracetest.
     Ftracetest,
@@ -274,15 +278,17 @@ impl Role {
                 "real_perf",
                 "bad_input",
                 "kernel_suites",
+                "stock_recorder",
                 "negative_controls",
             ],
             Self::OtherText => &[
                 "cpu_hotplug",
                 "listener",
                 "kernel_suites",
+                "stock_recorder",
                 "negative_controls",
             ],
-            Self::Checked => &["kernel_suites", "negative_controls"],
+            Self::Checked => &["kernel_suites", "stock_recorder", "negative_controls"],
             Self::Ftracetest => &["negative_controls"],
         };
         agent_groups::GROUPS
