@@ -258,8 +258,8 @@ impl Batch {
         let kprobes = generic.lock_kprobes();
         let hotplug = HotplugGuard::new();
         let text = generic.lock_text();
-        // Whether anyone listens, decided under `text_mutex`: a listener that is not counted
-        // now waits for it (patch 0011).
+        // Whether anyone listens, decided under `text_mutex`: a listener that cannot receive
+        // records yet starts to only under `text_mutex`, so it waits for this (patch 0011).
         if early.unwrap_or_else(|| generic.listening(text.holds())) {
             let locks = ModuleLocks {
                 text: Some(text),
@@ -504,10 +504,10 @@ trait TextAccess {
     /// it, as upstream's batches hold it across their syncs.
     fn sync(&mut self, f: impl FnOnce());
     /// Holds `text_mutex` from now to the commit's end, syncs included. Called when the commit
-    /// emits a record: a listener counted between a record and the write that completes it
+    /// emits a record: a listener that arrived between a record and the write that completes it
     /// would copy the guard and never get the record (`docs/protocol.md`, "When nobody
     /// listens"). And when a step fails: recovery's writes complete or undo changes whose
-    /// records went out (or never will), so a listener counted during them would copy a guard
+    /// records went out (or never will), so a listener arriving during them would copy a guard
     /// that is then taken out with no record for it; and a kprobe armed at a site recovery has
     /// restored would have its hits taken by the batch, still published.
     fn hold_to_end(&mut self);
@@ -574,15 +574,16 @@ enum AcrossSyncs {
     /// Before its first record: other batches and the kernel's pokers write meanwhile.
     Released,
     /// From its first record, or a failed step, until it has left the pending table: no
-    /// listener is counted until every write that completes a record (or recovery's that undo
-    /// a guard) is made (patch 0011 counts listeners under `text_mutex`), and no kprobe is
-    /// armed at a site the table still claims.
+    /// listener starts to receive records until every write that completes a record (or
+    /// recovery's that undo a guard) is made (patch 0011 gives a `text_poke` event its buffer
+    /// and enables it under `text_mutex`), and no kprobe is armed at a site the table still
+    /// claims.
     Held,
 }
 
 /// A quiet module batch's locks (no tracer listened when it took `text_mutex`): all held for the
-/// whole commit, so that no listener is counted until its last write and sync (patch 0011), and
-/// released in the reverse order of taking (fields drop in declaration order).
+/// whole commit, so that no listener starts to receive records until its last write and sync
+/// (patch 0011), and released in the reverse order of taking (fields drop in declaration order).
 struct QuietLocks<'a> {
     text: TextLock<'a>,
     hotplug: HotplugGuard,

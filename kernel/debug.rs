@@ -222,7 +222,7 @@ pub(crate) fn pause_in_recovery() {
 /// Under [`Defect::SkipListenerHandshake`] (debug builds): whether anyone listened, decided
 /// under `text_mutex` and then, wrongly, not kept: the mutex is released for a second,
 /// longer than a recorder takes to open its per-CPU events and map their buffers, in which a
-/// listener is counted and copies the text, before the batch takes its locks and writes by the
+/// listener arrives and copies the text, before the batch takes its locks and writes by the
 /// stale answer. `None` otherwise, and always in a production build.
 pub(crate) fn decided_early(generic: &crate::patch_series::Generic) -> Option<bool> {
     #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]

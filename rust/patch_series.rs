@@ -224,8 +224,10 @@ impl Generic {
     }
 
     /// Whether any perf event asks for `PERF_RECORD_TEXT_POKE` (`perf_text_poke_listening()`,
-    /// patch 0011). Asked with `text_mutex` held (`_held`): while it stays held no listener is
-    /// counted, so an answer of `false` holds until the caller releases it.
+    /// patch 0011). Asked with `text_mutex` held (`_held`): while it stays held no event starts
+    /// to receive records (patch 0011 gives a `text_poke` event its buffer and enables it under
+    /// `text_mutex`), so an answer of `false` holds, for any tracer that could copy the text,
+    /// until the caller releases it.
     pub(crate) fn listening(&self, _held: &HoldsText) -> bool {
         // SAFETY: The caller holds `text_mutex`, which the function asserts; it only reads a
         // counter.
