@@ -465,44 +465,24 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
 
 /// The case of the harness boot that runs a `BRK #0x008` with textpoke unloaded (see
 /// [`harness_check`]) and lived to tell, and the self-test suite of the textpoke it loaded.
-///
-/// As in [`foreign_brk`], a setup that failed is a case of its own: only a load of
-/// `harness_brk` that returned says the BRK was survived.
 fn foreign_brk_unloaded() -> (Case, Case) {
     let (r, selftest) = load_textpoke("");
     let setup = r.and_then(|()| {
         sys::unload_module("textpoke").map_err(|e| format!("unloading textpoke: {e}"))
     });
-    if let Err(e) = setup {
-        return (
-            Case::fail(
-                "foreign_brk_unloaded_setup",
-                format!("no BRK ran, the setup failed: {e}"),
-            ),
-            selftest,
-        );
-    }
-    log("executing a BRK #0x008 with textpoke unloaded");
-    let case = match load("harness_brk", "") {
-        Ok(()) => Case::fail(
-            "foreign_brk_unloaded_reported",
-            "the CPU came back from BRK #0x008 with textpoke unloaded: the kernel hid it",
-        ),
-        Err(e) => Case::fail(
-            "foreign_brk_unloaded_command",
-            format!("harness_brk did not load ({e}): the BRK may not have run"),
-        ),
-    };
+    let case = brk_survived(
+        "foreign_brk_unloaded",
+        setup,
+        "executing a BRK #0x008 with textpoke unloaded",
+        || load("harness_brk", "").map_err(|e| format!("harness_brk did not load ({e})")),
+        "the CPU came back from BRK #0x008 with textpoke unloaded: the kernel hid it",
+    );
     (case, selftest)
 }
 
 /// The case of a harness boot that runs a foreign `BRK #0x008` (see [`harness_check`]) and
-/// lived to tell, and the self-test suite of the textpoke it loaded.
-///
-/// Only a BRK command that returned counts as swallowed; a setup that failed (textpoke, the
-/// outsider or the defect switch) is a case of its own, so that a boot in which no BRK ran can
-/// never read as one in which it was swallowed. (The runner also wants the line the outsider
-/// prints after a swallowed BRK, which only the kernel can print.)
+/// lived to tell, and the self-test suite of the textpoke it loaded. (The runner also wants
+/// the line the outsider prints after a swallowed BRK, which only the kernel can print.)
 fn foreign_brk(swallow: bool) -> (Case, Case) {
     let module = if swallow {
         controls::DEBUG_TEXTPOKE
@@ -520,28 +500,46 @@ fn foreign_brk(swallow: bool) -> (Case, Case) {
             }
             Ok(())
         });
+    let case = brk_survived(
+        "foreign_brk",
+        setup,
+        "executing a BRK #0x008 that is no guard of textpoke's",
+        || {
+            sys::write_file("/sys/kernel/debug/textpoke_outsider/control", b"brk")
+                .map(|_| ())
+                .map_err(|e| format!("the BRK command failed ({e})"))
+        },
+        "the CPU came back from a foreign BRK #0x008: it was swallowed",
+    );
+    (case, selftest)
+}
+
+/// The failing case of a harness boot that executes a `BRK #0x008` with `brk` once `setup`
+/// succeeded (logging `what` first), and is meant to die in it. Only a `brk` that returned
+/// counts as survived (`NAME_reported`, saying `survived`); a setup that failed
+/// (`NAME_setup`) or a `brk` that failed (`NAME_command`) is a case of its own, so that a boot
+/// in which no BRK ran can never read as one that lived through it.
+fn brk_survived(
+    name: &str,
+    setup: Result<(), String>,
+    what: &str,
+    brk: impl FnOnce() -> Result<(), String>,
+    survived: &str,
+) -> Case {
     if let Err(e) = setup {
-        return (
-            Case::fail(
-                "foreign_brk_setup",
-                format!("no BRK ran, the setup failed: {e}"),
-            ),
-            selftest,
+        return Case::fail(
+            format!("{name}_setup"),
+            format!("no BRK ran, the setup failed: {e}"),
         );
     }
-    log("executing a BRK #0x008 that is no guard of textpoke's");
-    let ran = sys::write_file("/sys/kernel/debug/textpoke_outsider/control", b"brk");
-    let case = match ran {
-        Ok(_) => Case::fail(
-            "foreign_brk_reported",
-            "the CPU came back from a foreign BRK #0x008: it was swallowed",
-        ),
+    log(what);
+    match brk() {
+        Ok(()) => Case::fail(format!("{name}_reported"), survived),
         Err(e) => Case::fail(
-            "foreign_brk_command",
-            format!("the BRK command failed ({e}): the BRK may not have run"),
+            format!("{name}_command"),
+            format!("{e}: the BRK may not have run"),
         ),
-    };
-    (case, selftest)
+    }
 }
 
 fn main() -> ExitCode {

@@ -323,6 +323,24 @@ fn guest(arch: Arch, name: &str, smp: u32, mem_mb: u32, mode: &str, suite: &str)
     }
 }
 
+/// What the kernel prints when it meets a `BRK #0x008` nobody claims.
+const OOPS_BRK_LOG: &str = "Oops - BRK";
+
+/// As [`harness`], on the arm64 guest of `variant`.
+fn arm64_harness(
+    name: &str,
+    check: &str,
+    expect: Verdict,
+    expect_log: &str,
+    variant: Variant,
+) -> PlannedBoot {
+    PlannedBoot {
+        arch: Arch::Arm64,
+        variant,
+        ..harness(name, check, expect, Some(expect_log))
+    }
+}
+
 /// A boot of the x86_64 guest that must fail in the way `expect` says: a check of the harness.
 fn harness(name: &str, check: &str, expect: Verdict, expect_log: Option<&str>) -> PlannedBoot {
     PlannedBoot {
@@ -539,36 +557,33 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
     if suite == Suite::Test && arches.contains(&Arch::Arm64) {
         // A `BRK #0x008` that is no guard of textpoke's must kill the kernel ("Oops - BRK"),
         // not be hidden; the debug build's seeded defect that swallows it must be caught.
-        let mut brk = harness(
+        boots.push(arm64_harness(
             "foreign-brk",
             "foreign_brk",
             Verdict::Splat,
-            Some("Oops - BRK"),
-        );
-        brk.arch = Arch::Arm64;
-        boots.push(brk);
-        let mut swallowed = harness(
+            OOPS_BRK_LOG,
+            Variant::Patched,
+        ));
+        boots.push(arm64_harness(
             "foreign-brk-swallowed",
             "foreign_brk_swallowed",
             Verdict::NotOk,
-            Some(SWALLOWED_LOG),
-        );
-        swallowed.arch = Arch::Arm64;
-        boots.push(swallowed);
+            SWALLOWED_LOG,
+            Variant::Patched,
+        ));
     }
     if suite == Suite::TestDebug && arches.contains(&Arch::Arm64) {
         // With textpoke loaded and unloaded again, the kernel's trap hook is at its default: a
         // `BRK #0x008` must meet the stock kernel ("Oops - BRK"). The arm64 KASAN kernel is the
         // one with control-flow integrity, where a default of the wrong type for the hook's
         // indirect call dies as a CFI failure instead.
-        let mut unloaded = harness(
+        let mut unloaded = arm64_harness(
             "foreign-brk-unloaded",
             "foreign_brk_unloaded",
             Verdict::Splat,
-            Some("Oops - BRK"),
+            OOPS_BRK_LOG,
+            Variant::Kasan,
         );
-        unloaded.arch = Arch::Arm64;
-        unloaded.variant = Variant::Kasan;
         unloaded.append.push(' ');
         unloaded.append.push_str(KASAN_APPEND);
         boots.push(unloaded);
@@ -953,7 +968,7 @@ mod tests {
                 Arch::Arm64,
                 Variant::Kasan,
                 Verdict::Splat,
-                Some("Oops - BRK")
+                Some(OOPS_BRK_LOG)
             )
         );
         assert_eq!(
