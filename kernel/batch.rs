@@ -273,7 +273,7 @@ impl Batch {
             let locks = QuietLocks {
                 text,
                 hotplug,
-                _kprobes: kprobes,
+                kprobes,
             };
             self.commit_with(engine, locks, Protocol::Quiet)
         }
@@ -516,6 +516,10 @@ trait TextAccess {
     /// that one; a kernel batch cannot take it inside its caller's `text_mutex`, and has no
     /// parked changes (`patcher.rs` hands those back): `None`.
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)>;
+    /// kprobes' lock, where this commit holds it: a module batch's, until its guards are
+    /// written. A kernel batch's changes are jump labels and ftrace's, whose text kprobes
+    /// itself refuses to probe or copy into an optimized probe: `None`.
+    fn kprobes(&self) -> Option<&KprobesGuard<'_>>;
 }
 
 /// A module batch's locks, taken in the order the kernel's pokers take them and released in
@@ -566,6 +570,9 @@ impl TextAccess for ModuleLocks<'_> {
         let text = self.text.get_or_insert_with(|| generic.lock_text());
         Some((text.holds(), &self.hotplug))
     }
+    fn kprobes(&self) -> Option<&KprobesGuard<'_>> {
+        self.kprobes.as_ref()
+    }
 }
 
 /// Whether a module batch's sync lets go of `text_mutex`.
@@ -587,7 +594,7 @@ enum AcrossSyncs {
 struct QuietLocks<'a> {
     text: TextLock<'a>,
     hotplug: HotplugGuard,
-    _kprobes: KprobesGuard<'a>,
+    kprobes: KprobesGuard<'a>,
 }
 
 impl TextAccess for QuietLocks<'_> {
@@ -605,6 +612,9 @@ impl TextAccess for QuietLocks<'_> {
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         Some((self.text.holds(), &self.hotplug))
+    }
+    fn kprobes(&self) -> Option<&KprobesGuard<'_>> {
+        Some(&self.kprobes)
     }
 }
 
@@ -628,6 +638,9 @@ impl TextAccess for CallerHeld<'_> {
     fn hold_to_end(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
+        None
+    }
+    fn kprobes(&self) -> Option<&KprobesGuard<'_>> {
         None
     }
 }
@@ -935,10 +948,22 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// each must still hold the instruction the batch took it with. `EIO` with a log line if one
     /// does not: another patcher changed it (a kprobe armed there, for one), and the batch
     /// leaves it to them.
+    ///
+    /// Then, where the commit holds kprobes' lock (a module batch's), `ETXTBSY` with a log line
+    /// if kprobes owns a site's text without having changed it: a probe registered there
+    /// disabled, or an optimized probe beside it whose jump would cover it
+    /// ([`KprobesGuard::owns`] says why either would run a stale copy of the site).
     fn check_text(&mut self) -> Result {
         let start = clock::now();
         self.text.hold();
         let changed = self.entries.iter().find(|e| !holds(e.addr, &e.change.old));
+        let probed = match (changed, self.text.kprobes()) {
+            (None, Some(kprobes)) if self.defect != Defect::IgnoreOtherPatchers => self
+                .entries
+                .iter()
+                .find(|e| kprobes.owns(e.addr, e.addr.saturating_add(e.change.old.len() as u64))),
+            _ => None,
+        };
         add_part(
             &mut self.parts,
             Part::Check,
@@ -951,6 +976,14 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 e.addr
             );
             return Err(errno::text_changed());
+        }
+        if let Some(e) = probed {
+            pr_err!(
+                "batch {}: site {:#x} is in text a kprobe owns\n",
+                self.id,
+                e.addr
+            );
+            return Err(errno::other_patcher());
         }
         Ok(())
     }

@@ -70,7 +70,8 @@ pub(crate) enum Defect {
     /// The trap handler claims every trap at its guard instruction, textpoke's or not, and
     /// resumes after it: someone else's trap is swallowed.
     SwallowForeign,
-    /// Registration skips the check that no other in-kernel patcher owns the site's text.
+    /// Registration skips the check that no other in-kernel patcher owns the site's text, and a
+    /// module batch the check that kprobes owns none of its sites' text.
     IgnoreOtherPatchers,
     /// A module batch decides whether anyone listens, then releases `text_mutex` for a moment
     /// before it writes ([`decided_early`]).

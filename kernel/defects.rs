@@ -87,7 +87,7 @@ defects! {
         "the trap handler claims every trap at its guard instruction, someone else's too";
     IGNORE_OTHER_PATCHERS = 11 "ignore_other_patchers" Guest
         "control_other_patchers_ignored_caught"
-        "registration skips the check that no other in-kernel patcher owns the text";
+        "registration and module batches skip the check that no other in-kernel patcher owns the text";
     SKIP_LISTENER_HANDSHAKE = 12 "skip_listener_handshake" Guest
         "control_listener_handshake_skipped_caught"
         "a module batch finds no listener, then lets go of text_mutex for a second before its writes";

@@ -110,7 +110,10 @@ int textpoke_unregister_site(struct module *owner, const void *addr);
  * (@len bytes). commit() applies every change (process context; sleeps); once
  * it has written anything it cannot be called again. stats() reports what the
  * commit cost. end() frees the batch and gives back the sites of an
- * uncommitted one. While a batch exists it pins textpoke and the modules
+ * uncommitted one. A site another patcher took since it was registered is
+ * refused at commit, the batch writing nothing: -EIO where it changed the
+ * text, -ETXTBSY where a kprobe holds a copy of it (one registered there
+ * disabled, or an optimized one beside it). While a batch exists it pins textpoke and the modules
  * owning its sites.
  */
 int textpoke_batch_begin(struct textpoke_batch **out);

@@ -36,6 +36,8 @@ pub(crate) type TextReservedByPatchers =
     unsafe extern "C" fn(*mut c_void, *mut c_void) -> kernel::ffi::c_int;
 /// `kprobes_text_lock()` / `kprobes_text_unlock()` (include/linux/kprobes.h, patch 0006).
 type KprobesTextOp = unsafe extern "C" fn();
+/// `kprobes_text_reserved(start, end)` (include/linux/kprobes.h, patch 0006).
+type KprobesTextReserved = unsafe extern "C" fn(*mut c_void, *mut c_void) -> bool;
 
 /// A text-poke trap handler (`text_poke_trap_fn`, include/linux/text_patcher.h, patch 0007).
 pub(crate) type TrapFn = unsafe extern "C" fn(*mut kernel::bindings::pt_regs) -> bool;
@@ -144,6 +146,7 @@ pub(crate) struct Generic {
     text_reserved_by_patchers: TextReservedByPatchers,
     kprobes_text_lock: KprobesTextOp,
     kprobes_text_unlock: KprobesTextOp,
+    kprobes_text_reserved: KprobesTextReserved,
     text_mutex_lock: TextMutexOp,
     text_mutex_unlock: TextMutexOp,
     text_mutex_assert_held: TextMutexOp,
@@ -164,6 +167,7 @@ impl Generic {
             resolve!(r, "text_reserved_by_patchers", TextReservedByPatchers);
         let kprobes_text_lock = resolve!(r, "kprobes_text_lock", KprobesTextOp);
         let kprobes_text_unlock = resolve!(r, "kprobes_text_unlock", KprobesTextOp);
+        let kprobes_text_reserved = resolve!(r, "kprobes_text_reserved", KprobesTextReserved);
         let text_mutex_lock = resolve!(r, "text_mutex_lock", TextMutexOp);
         let text_mutex_unlock = resolve!(r, "text_mutex_unlock", TextMutexOp);
         let text_mutex_assert_held = resolve!(r, "text_mutex_assert_held", TextMutexOp);
@@ -178,6 +182,7 @@ impl Generic {
             text_reserved_by_patchers: text_reserved_by_patchers?,
             kprobes_text_lock: kprobes_text_lock?,
             kprobes_text_unlock: kprobes_text_unlock?,
+            kprobes_text_reserved: kprobes_text_reserved?,
             text_mutex_lock: text_mutex_lock?,
             text_mutex_unlock: text_mutex_unlock?,
             text_mutex_assert_held: text_mutex_assert_held?,
@@ -337,6 +342,31 @@ pub(crate) struct KprobesGuard<'a> {
     generic: &'a Generic,
     /// A mutex is released by the task that holds it: the guard must not move to another.
     _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl KprobesGuard<'_> {
+    /// Whether kprobes owns any byte of `[start, end)` (`kprobes_text_reserved()`, patch
+    /// 0006): a probe registered at one of them, armed or not, or an optimized probe, prepared
+    /// or in place, whose jump covers one.
+    ///
+    /// Either holds a copy of the text that a change there would make stale: a disabled probe
+    /// re-arms with the instruction it copied at registration, and an optimized probe's detour
+    /// runs the instructions its jump covers as they were when it was prepared, and its jump
+    /// is written (by kprobes' optimizer, later, under `text_mutex` alone) over whatever the
+    /// text then holds. kprobes checks jump labels, static calls and ftrace before it copies
+    /// text for a probe, but knows nothing of a module's sites; so the module asks, under this
+    /// lock, before each batch: no probe is then prepared until its guards are written (and
+    /// kprobes refuses to copy a guard), and none prepared before can miss the check.
+    pub(crate) fn owns(&self, start: u64, end: u64) -> bool {
+        // SAFETY: This task holds kprobes' lock for as long as the guard exists, which the
+        // function asserts; it only reads kprobes' table.
+        unsafe {
+            (self.generic.kprobes_text_reserved)(
+                start as usize as *mut c_void,
+                end.wrapping_sub(1) as usize as *mut c_void,
+            )
+        }
+    }
 }
 
 impl Drop for KprobesGuard<'_> {
