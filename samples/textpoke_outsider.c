@@ -25,6 +25,12 @@
  *    changes of the site while this one arms a kprobe there N times, runs the site and disarms
  *    it. Every armed probe must fire at every run, every commit must succeed or find the probe
  *    (-EIO), and the site must end holding a whole instruction textpoke can change again.
+ *  - x86: "optprobe_race N" races optimized kprobes against commits of a site they would
+ *    cover: one thread commits the site back and forth, another runs its function throughout,
+ *    while this one arms a kprobe on the instruction before the site, N times, lets kprobes
+ *    optimize it into a jump over both, runs the function and disarms the probe. Every run must
+ *    do what textpoke says the site holds, every commit must succeed or be refused (-ETXTBSY
+ *    while the probe stands, -EIO while its jump does), and the site must end whole.
  *  - "kernel_traps N" holds textpoke.h to its word on textpoke_cpu_traps(): one thread flips
  *    the module's own static key N times, which textpoke guards as the kernel's patcher, while
  *    this one runs the key's site with interrupts off; every execution an exception
@@ -82,6 +88,9 @@ asm(".pushsection .text, \"ax\"\n"
     FUNC(outsider_site2, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
     FUNC(outsider_site3, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
     FUNC(outsider_int3, ASM_ENDBR ANNOTATE_NOENDBR "int3\n" SITE_RET)
+    FUNC(outsider_opt, ANNOTATE_NOENDBR "xor %eax, %eax\n"
+	 ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+    FUNC(outsider_opt_new, ANNOTATE_NOENDBR "mov $1, %eax\n" SITE_RET)
     ".popsection\n");
 static const u8 unlisted[] = { 0x0f, 0x0b, 0x90, 0x90, 0x90 };	/* UD2 + NOPs */
 static const u8 guard[] = { 0xcc, 0x90, 0x90, 0x90, 0x90 };
@@ -128,6 +137,12 @@ static unsigned int verdicts;
 static void __nocfi run_asm(void *f)
 {
 	((void (*)(void))f)();
+}
+
+/* The same, for a function that returns a value in its return register. */
+static int __nocfi run_asm_int(void *f)
+{
+	return ((int (*)(void))f)();
 }
 
 static void verdict(const char *name, int got, int expected)
@@ -434,6 +449,52 @@ static void other_patchers(void)
 	unregister_kprobe(&kp);
 }
 
+/* Commits the one change of @addr to @insn, in a batch of its own. */
+static int commit_one(void *addr, const u8 *insn)
+{
+	struct textpoke_batch *b;
+	int ret = textpoke_batch_begin(&b);
+
+	if (ret)
+		return ret;
+	ret = textpoke_batch_add(b, THIS_MODULE, addr, insn, SITE_LEN);
+	if (!ret)
+		ret = textpoke_batch_commit(b);
+	textpoke_batch_end(b);
+	return ret;
+}
+
+/*
+ * A kprobe registered disabled on a site already registered: kprobes copied the site's
+ * instruction, and knows nothing of textpoke's sites, so it accepts; its breakpoint is not in
+ * the text, so only textpoke's check of kprobes at the commit sees it. A change there would
+ * leave the probe's copy stale, to be run once the probe is enabled: it must be refused with
+ * -ETXTBSY, and the text left as it was.
+ */
+static void disabled_kprobe_on_site(void)
+{
+	struct kprobe kp = {
+		.pre_handler = outsider_pre,
+		.post_handler = outsider_post,
+		.flags = KPROBE_FLAG_DISABLED,
+		.addr = (kprobe_opcode_t *)site(1),
+	};
+	u8 before[SITE_LEN], jmp[SITE_LEN];
+	int ret;
+
+	ret = register_kprobe(&kp);
+	verdict("disabled_kprobe_on_registered_site", ret, 0);
+	if (ret)
+		return;
+	memcpy(before, site(1), SITE_LEN);
+	ret = textpoke_encode(TEXTPOKE_JMP, site(1), site(2), SITE_LEN, jmp);
+	if (!ret)
+		ret = commit_one(site(1), jmp);
+	verdict("change_under_disabled_kprobe", ret, -ETXTBSY);
+	verdict("disabled_kprobe_site_unchanged", !memcmp(before, site(1), SITE_LEN), 1);
+	unregister_kprobe(&kp);
+}
+
 static atomic_t int3_seen = ATOMIC_INIT(0);
 static bool kprobe_armed;
 
@@ -598,6 +659,166 @@ static int kprobe_race(unsigned int n)
 	return 0;
 }
 
+#ifdef CONFIG_X86_64
+/*
+ * The optimized-kprobe race (x86). outsider_opt is XOR EAX, EAX, a site, RET: it returns 0 while
+ * the site holds its NOP, and 1 while it holds a JMP to outsider_opt_new (MOV EAX, 1; RET). A
+ * kprobe on the XOR with no post handler is optimized: at registration kprobes copies the XOR and
+ * the site into a detour buffer, and about five jiffies later its optimizer writes a JMP to the
+ * detour over both, under text_mutex alone. A change of the site after the copy would make the
+ * detour run the old instruction; one made while the optimizer writes would tear it.
+ */
+extern char outsider_opt[], outsider_opt_new[];
+#define OPT_SITE (outsider_opt + 2)
+
+static struct {
+	struct mutex lock;	/* held around each commit, and while runs are checked */
+	unsigned int cur;	/* what the site holds, as textpoke has it: 0 the NOP, 1 the JMP */
+	u8 insn[2][SITE_LEN];
+	int commits, busy, changed, errors, first_error;
+	unsigned long runs, odd;
+} opt;
+
+static int opt_committer(void *data)
+{
+	while (!kthread_should_stop()) {
+		int ret;
+
+		mutex_lock(&opt.lock);
+		ret = commit_one(OPT_SITE, opt.insn[!opt.cur]);
+		if (!ret) {
+			opt.commits++;
+			opt.cur = !opt.cur;
+		} else if (ret == -ETXTBSY) {
+			opt.busy++;	/* a probe's copy covers the site */
+		} else if (ret == -EIO) {
+			opt.changed++;	/* a probe's jump still lies over it */
+		} else {
+			opt.errors++;
+			opt.first_error = opt.first_error ?: ret;
+		}
+		mutex_unlock(&opt.lock);
+		/* Each refusal logs a line: a few per round are enough. */
+		if (ret)
+			msleep(20);
+		cond_resched();
+	}
+	return 0;
+}
+
+/* Runs the function throughout, on another CPU: a torn jump or an orphan guard kills it. */
+static int opt_runner(void *data)
+{
+	while (!kthread_should_stop()) {
+		int r = run_asm_int(outsider_opt);
+
+		opt.odd += r != 0 && r != 1;
+		/*
+		 * A sleep, not a cond_resched(): kprobes' optimizer waits for every task to
+		 * switch voluntarily (synchronize_rcu_tasks()) before it writes a jump.
+		 */
+		if (++opt.runs % 64 == 0)
+			usleep_range(50, 100);
+	}
+	return 0;
+}
+
+/* Waits up to a second for the probed instruction's first byte to read @byte. */
+static bool opt_first_byte_becomes(u8 byte)
+{
+	unsigned long end = jiffies + HZ;
+
+	while (READ_ONCE(*(u8 *)outsider_opt) != byte && time_before(jiffies, end))
+		msleep(1);
+	return READ_ONCE(*(u8 *)outsider_opt) == byte;
+}
+
+static int optprobe_race(unsigned int n)
+{
+	struct task_struct *committer, *runner;
+	struct kprobe kp;
+	int optimized = 0, failed = 0, stale = 0, ret, i;
+	unsigned int round, cpu;
+
+	memset(&opt, 0, sizeof(opt));
+	mutex_init(&opt.lock);
+	memcpy(opt.insn[0], OPT_SITE, SITE_LEN);
+	ret = textpoke_encode(TEXTPOKE_JMP, OPT_SITE, outsider_opt_new, SITE_LEN, opt.insn[1]);
+	if (!ret)
+		ret = textpoke_register_site(THIS_MODULE, OPT_SITE, SITE_LEN);
+	if (ret)
+		return ret;
+	cpu = cpumask_last(cpu_online_mask);
+	runner = kthread_create_on_cpu(opt_runner, NULL, cpu, "outsider_optrun");
+	if (IS_ERR(runner)) {
+		textpoke_unregister_site(THIS_MODULE, OPT_SITE);
+		return PTR_ERR(runner);
+	}
+	get_task_struct(runner);
+	wake_up_process(runner);
+	committer = kthread_run(opt_committer, NULL, "outsider_optcommit");
+	if (IS_ERR(committer)) {
+		kthread_stop_put(runner);
+		textpoke_unregister_site(THIS_MODULE, OPT_SITE);
+		return PTR_ERR(committer);
+	}
+	get_task_struct(committer);
+	for (round = 0; round < n; round++) {
+		memset(&kp, 0, sizeof(kp));
+		kp.pre_handler = outsider_pre;
+		kp.addr = (kprobe_opcode_t *)outsider_opt;
+		/*
+		 * Every other probe is registered between two commits, so that kprobes copies a
+		 * whole instruction and the optimizer then races the commits that follow; the
+		 * others whenever they come, a guard in the copy included, which kprobes must
+		 * refuse to optimize.
+		 */
+		if (round % 2 == 0)
+			mutex_lock(&opt.lock);
+		ret = register_kprobe(&kp);
+		if (round % 2 == 0)
+			mutex_unlock(&opt.lock);
+		if (ret) {
+			failed++;
+			continue;
+		}
+		/* Optimized, the XOR's first byte becomes the jump's opcode. */
+		optimized += opt_first_byte_becomes(0xe9);
+		/* Commits meet the standing probe a while longer. */
+		msleep(30);
+		mutex_lock(&opt.lock);
+		for (i = 0; i < 10; i++)
+			stale += run_asm_int(outsider_opt) != opt.cur;
+		mutex_unlock(&opt.lock);
+		unregister_kprobe(&kp);
+		/* kprobes' optimizer takes the jump out later; commits go through again after. */
+		opt_first_byte_becomes(0x31);
+		msleep(30);
+	}
+	kthread_stop_put(committer);
+	kthread_stop_put(runner);
+	/* The site ends whole, as textpoke has it, and one more change goes through. */
+	verdict("optprobe_race_site_whole",
+		opt_first_byte_becomes(0x31) && !memcmp(OPT_SITE, opt.insn[opt.cur], SITE_LEN), 1);
+	ret = commit_one(OPT_SITE, opt.insn[!opt.cur]);
+	if (!ret)
+		opt.cur = !opt.cur;
+	verdict("optprobe_race_site_changes_after", ret, 0);
+	stale += run_asm_int(outsider_opt) != opt.cur;
+	pr_info("textpoke_outsider: optprobe race: %u rounds, %d probes optimized, %d not registered, %d commits, %d refused with -ETXTBSY, %d with -EIO, %d other errors (first %d), %lu runs beside, %d checked runs stale\n",
+		n, optimized, failed, opt.commits, opt.busy, opt.changed, opt.errors,
+		opt.first_error, opt.runs, stale);
+	verdict("optprobe_race_stale_runs", stale, 0);
+	verdict("optprobe_race_odd_results", (int)opt.odd, 0);
+	verdict("optprobe_race_commit_errors", opt.errors + failed, 0);
+	/* Not vacuous: probes were optimized, commits went through, and some met a probe. */
+	verdict("optprobe_race_contended", optimized > 0 && opt.commits > 0 && opt.busy > 0 &&
+		opt.runs > 0, 1);
+	textpoke_unregister_site(THIS_MODULE, OPT_SITE);
+	return 0;
+}
+#endif
+
 /*
  * The header's word on textpoke_cpu_traps(): a flipper thread changes the module's own static
  * key, which the kernel hands to textpoke, while this thread runs the key's site with
@@ -722,6 +943,14 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 		verdicts = 0;
 		ret = kprobe_race(n);
 		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
+	} else if (sscanf(buf, "optprobe_race %u", &n) == 1) {
+#ifdef CONFIG_X86_64
+		verdicts = 0;
+		ret = optprobe_race(n);
+		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
+#else
+		ret = -EOPNOTSUPP;
+#endif
 	} else if (sscanf(buf, "kernel_traps %u", &n) == 1) {
 		verdicts = 0;
 		ret = kernel_traps(n);
@@ -794,6 +1023,7 @@ static int __init outsider_init(void)
 	ret = textpoke_register_site(THIS_MODULE, site(1), SITE_LEN);
 	verdict("register_kept_site_1", ret, 0);
 	other_patchers();
+	disabled_kprobe_on_site();
 	atomic_set(&kprobe_hits, 0);
 	pr_info("textpoke_outsider: kept sites %px %px\n", site(0), site(1));
 	pr_info("textpoke_outsider: %u verdicts\n", verdicts);

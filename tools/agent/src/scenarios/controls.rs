@@ -366,17 +366,19 @@ fn swallowed(seen: u64, runs: u64) -> Result<String, String> {
     }
 }
 
-/// A registry that lets sites onto other patchers' text (defect 11) is caught by the outsider's
-/// verdicts: registering over its jump label entry, its ftrace site and a kprobed address must
-/// each be refused with `ETXTBSY`. Each of the three is a registration textpoke would accept
-/// but for its owner (samples/textpoke_outsider.c), so under the defect each must give exactly
-/// 0: any other errno is some other refusal, and catches nothing.
+/// An engine that lets sites onto other patchers' text (defect 11) is caught by the outsider's
+/// verdicts: registering over its jump label entry, its ftrace site and a kprobed address, and
+/// changing a site a kprobe registered disabled has copied, must each be refused with
+/// `ETXTBSY`. Each of the four is a request textpoke would grant but for the other patcher
+/// (samples/textpoke_outsider.c), so under the defect each must give exactly 0: any other
+/// errno is some other refusal, and catches nothing.
 fn other_patchers_control() -> Case {
     const NAME: &str = defects::IGNORE_OTHER_PATCHERS.caught_by;
-    const OWNED: [&str; 3] = [
+    const OWNED: [&str; 4] = [
         "register_jump_label_site",
         "register_ftrace_site",
         "register_kprobed_site",
+        "change_under_disabled_kprobe",
     ];
     let run = || -> Result<String, String> {
         let sites = reload(DEBUG_TEXTPOKE, CONTROL_EXERCISER_PARAMS)?;
@@ -424,13 +426,13 @@ fn registered_over_owners(
         .collect();
     if got.iter().all(|(_, v)| v.as_slice() == ["0"]) {
         Ok(format!(
-            "textpoke registered all {} sites over other patchers' text: {}",
+            "textpoke granted all {} requests over other patchers' text: {}",
             owned.len(),
             owned.join(", ")
         ))
     } else {
         Err(format!(
-            "not caught: not every registration over another patcher's text gave 0: {got:?} ({} verdict lines)",
+            "not caught: not every request over another patcher's text gave 0: {got:?} ({} verdict lines)",
             verdicts.len()
         ))
     }

@@ -2,6 +2,8 @@
 //!
 //! - Its verdicts on the header's contract, including inputs the header does not list, and
 //!   on another module's site (which it may neither change nor unregister).
+//! - Kprobes that copied a site's text keep it from changing: one registered disabled on the
+//!   site, and on x86 an optimized one beside it, racing commits while the site runs.
 //! - Foreign traps reach their owners under load: a kprobe armed next to textpoke's sites, and
 //!   on x86 an `INT3` in the outsider's text claimed by its own die notifier, below textpoke's.
 //! - Sites cannot outlive their owner: the outsider never unregisters its sites; once it is
@@ -52,9 +54,12 @@ const VERDICTS: &[&str] = &[
     "add_null_owner",
     "add_unlisted",
     "begin_null",
+    "change_under_disabled_kprobe",
     "change_under_kprobe",
     "commit_empty",
     "commit_null_batch",
+    "disabled_kprobe_on_registered_site",
+    "disabled_kprobe_site_unchanged",
     "encode_len_0",
     "encode_len_8",
     "encode_null_out",
@@ -93,6 +98,17 @@ const VERDICTS: &[&str] = &[
     "unregister_unknown",
 ];
 
+/// x86's further verdicts: the optimized-kprobe race (`optprobe_race`), which only x86's
+/// kprobes (`CONFIG_OPTPROBES`) can show.
+const X86_VERDICTS: &[&str] = &[
+    "optprobe_race_commit_errors",
+    "optprobe_race_contended",
+    "optprobe_race_odd_results",
+    "optprobe_race_site_changes_after",
+    "optprobe_race_site_whole",
+    "optprobe_race_stale_runs",
+];
+
 /// arm64's further verdicts: its traced function's entry holds more instructions textpoke must
 /// refuse, `MOV X9, X30` before the call.
 const ARM64_VERDICTS: &[&str] = &["register_ftrace_entry_1"];
@@ -105,7 +121,9 @@ const CALL_OPS_VERDICTS: &[&str] = &["register_ftrace_entry_2", "register_ftrace
 /// The verdicts of this arch the outsider must print.
 fn expected_verdicts() -> Vec<&'static str> {
     let mut all = VERDICTS.to_vec();
-    if !is_x86() {
+    if is_x86() {
+        all.extend_from_slice(X86_VERDICTS);
+    } else {
         all.extend_from_slice(ARM64_VERDICTS);
         if crate::scenarios::kernel_patching::ftrace_call_ops() {
             all.extend_from_slice(CALL_OPS_VERDICTS);
@@ -179,6 +197,8 @@ fn command_verdicts(name: &str, cmd: &str, summary: &str, seen: &mut Vec<String>
 
 /// Kprobes racing commits on one site: [`KPROBE_RACE`] rounds of each.
 const KPROBE_RACE: u32 = 2000;
+/// Rounds of an optimized kprobe beside a site racing its commits (x86).
+const OPTPROBE_RACE: u32 = 40;
 /// Flips of the outsider's own static key while its site runs with interrupts off.
 const KERNEL_TRAP_FLIPS: u32 = 200;
 
@@ -351,6 +371,22 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         "kprobe race: ",
         &mut seen,
     ));
+    if is_x86() {
+        // With a tracer listening, so that the commits guard the site and its guard stands
+        // while kprobes' optimizer may run.
+        match textpoke_agent::platform::perf::Listener::open() {
+            Ok(_listening) => children.extend(command_verdicts(
+                "outsider_optprobe_race",
+                &format!("optprobe_race {OPTPROBE_RACE}"),
+                "optprobe race: ",
+                &mut seen,
+            )),
+            Err(e) => children.push(Case::fail(
+                "outsider_optprobe_race",
+                format!("opening a listener: {e}"),
+            )),
+        }
+    }
     children.extend(command_verdicts(
         "outsider_kernel_traps",
         &format!("kernel_traps {KERNEL_TRAP_FLIPS}"),
@@ -424,6 +460,7 @@ mod tests {
     #[test]
     fn the_lists_name_each_verdict_once() {
         let mut all = VERDICTS.to_vec();
+        all.extend_from_slice(X86_VERDICTS);
         all.extend_from_slice(ARM64_VERDICTS);
         all.extend_from_slice(CALL_OPS_VERDICTS);
         let distinct: std::collections::BTreeSet<_> = all.iter().collect();
