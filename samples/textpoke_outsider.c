@@ -28,7 +28,8 @@
  *  - x86: "optprobe_race N" races optimized kprobes against commits of a site they would
  *    cover: one thread commits the site back and forth, another runs its function throughout,
  *    while this one arms a kprobe on the instruction before the site, N times, lets kprobes
- *    optimize it into a jump over both, runs the function and disarms the probe. Every run must
+ *    optimize it into a jump over both (every other probe over the NOP, registered between two
+ *    commits), runs the function and disarms the probe. Every run must
  *    do what textpoke says the site holds, every commit must succeed or be refused (-ETXTBSY
  *    while the probe stands, -EIO while its jump does), and the site must end whole.
  *  - "kernel_traps N" holds textpoke.h to its word on textpoke_cpu_traps(): one thread flips
@@ -723,10 +724,14 @@ static int opt_runner(void *data)
 	return 0;
 }
 
-/* Waits up to a second for the probed instruction's first byte to read @byte. */
-static bool opt_first_byte_becomes(u8 byte)
+/*
+ * Waits up to @timeout jiffies for the probed instruction's first byte to read @byte. The
+ * optimizer writes its jump after synchronize_rcu_tasks(), which takes a while on a preemptible
+ * kernel under KASAN.
+ */
+static bool opt_first_byte_becomes(u8 byte, unsigned long timeout)
 {
-	unsigned long end = jiffies + HZ;
+	unsigned long end = jiffies + timeout;
 
 	while (READ_ONCE(*(u8 *)outsider_opt) != byte && time_before(jiffies, end))
 		msleep(1);
@@ -773,8 +778,14 @@ static int optprobe_race(unsigned int n)
 		 * others whenever they come, a guard in the copy included, which kprobes must
 		 * refuse to optimize.
 		 */
-		if (round % 2 == 0)
+		if (round % 2 == 0) {
 			mutex_lock(&opt.lock);
+			/* The NOP, as kprobes optimizes over no near JMP (can_boost()). */
+			if (opt.cur && !commit_one(OPT_SITE, opt.insn[0])) {
+				opt.commits++;
+				opt.cur = 0;
+			}
+		}
 		ret = register_kprobe(&kp);
 		if (round % 2 == 0)
 			mutex_unlock(&opt.lock);
@@ -782,8 +793,11 @@ static int optprobe_race(unsigned int n)
 			failed++;
 			continue;
 		}
-		/* Optimized, the XOR's first byte becomes the jump's opcode. */
-		optimized += opt_first_byte_becomes(0xe9);
+		/*
+		 * Optimized, the XOR's first byte becomes the jump's opcode: every probe registered
+		 * over the NOP is; one that copied a guard or the JMP never is.
+		 */
+		optimized += opt_first_byte_becomes(0xe9, round % 2 ? HZ / 10 : 10 * HZ);
 		/* Commits meet the standing probe a while longer. */
 		msleep(30);
 		mutex_lock(&opt.lock);
@@ -792,14 +806,14 @@ static int optprobe_race(unsigned int n)
 		mutex_unlock(&opt.lock);
 		unregister_kprobe(&kp);
 		/* kprobes' optimizer takes the jump out later; commits go through again after. */
-		opt_first_byte_becomes(0x31);
+		opt_first_byte_becomes(0x31, 10 * HZ);
 		msleep(30);
 	}
 	kthread_stop_put(committer);
 	kthread_stop_put(runner);
 	/* The site ends whole, as textpoke has it, and one more change goes through. */
-	verdict("optprobe_race_site_whole",
-		opt_first_byte_becomes(0x31) && !memcmp(OPT_SITE, opt.insn[opt.cur], SITE_LEN), 1);
+	verdict("optprobe_race_site_whole", opt_first_byte_becomes(0x31, 10 * HZ) &&
+		!memcmp(OPT_SITE, opt.insn[opt.cur], SITE_LEN), 1);
 	ret = commit_one(OPT_SITE, opt.insn[!opt.cur]);
 	if (!ret)
 		opt.cur = !opt.cur;
