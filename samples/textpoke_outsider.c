@@ -140,12 +140,6 @@ static void __nocfi run_asm(void *f)
 	((void (*)(void))f)();
 }
 
-/* The same, for a function that returns a value in its return register. */
-static int __nocfi run_asm_int(void *f)
-{
-	return ((int (*)(void))f)();
-}
-
 static void verdict(const char *name, int got, int expected)
 {
 	verdicts++;
@@ -671,6 +665,12 @@ static int kprobe_race(unsigned int n)
  */
 extern char outsider_opt[], outsider_opt_new[];
 #define OPT_SITE (outsider_opt + 2)
+
+/* As run_asm(), for a function that returns a value in its return register. */
+static int __nocfi run_asm_int(void *f)
+{
+	return ((int (*)(void))f)();
+}
 
 static struct {
 	struct mutex lock;	/* held around each commit, and while runs are checked */
