@@ -969,23 +969,18 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Part::Check,
             clock::now().saturating_sub(start),
         );
-        if let Some(e) = changed {
-            pr_err!(
-                "batch {}: site {:#x} changed behind textpoke's back\n",
-                self.id,
-                e.addr
-            );
-            return Err(errno::text_changed());
+        let refused = match (changed, probed) {
+            (Some(e), _) => Some((e, "changed behind textpoke's back", errno::text_changed())),
+            (None, Some(e)) => Some((e, "is in text a kprobe owns", errno::other_patcher())),
+            (None, None) => None,
+        };
+        match refused {
+            Some((e, why, err)) => {
+                pr_err!("batch {}: site {:#x} {why}\n", self.id, e.addr);
+                Err(err)
+            }
+            None => Ok(()),
         }
-        if let Some(e) = probed {
-            pr_err!(
-                "batch {}: site {:#x} is in text a kprobe owns\n",
-                self.id,
-                e.addr
-            );
-            return Err(errno::other_patcher());
-        }
-        Ok(())
     }
 
     /// Reads back every site whose head is due, under `text_mutex` (taken here, kept for the
