@@ -348,6 +348,21 @@ static size_t keyed_len(const u8 *code)
 	return SITE_LEN;
 }
 
+/* Commits the one change of @addr to @insn, in a batch of its own. */
+static int commit_one(void *addr, const u8 *insn)
+{
+	struct textpoke_batch *b;
+	int ret = textpoke_batch_begin(&b);
+
+	if (ret)
+		return ret;
+	ret = textpoke_batch_add(b, THIS_MODULE, addr, insn, SITE_LEN);
+	if (!ret)
+		ret = textpoke_batch_commit(b);
+	textpoke_batch_end(b);
+	return ret;
+}
+
 /*
  * Registers the @len-byte site at @addr, which another patcher owns, and logs the verdict
  * @name (-ETXTBSY expected). Should textpoke accept it (the debug build's defect 11), the site
@@ -365,7 +380,6 @@ static void register_owned(const char *name, void *addr, size_t len)
 static void other_patchers(void)
 {
 	struct kprobe kp = { .pre_handler = outsider_pre };
-	struct textpoke_batch *b;
 	u8 jmp[SITE_LEN];
 	int i, ret, hits;
 	void *keyed = keyed_site();
@@ -429,34 +443,13 @@ static void other_patchers(void)
 	atomic_set(&kprobe_hits, 0);
 	ret = textpoke_encode(TEXTPOKE_JMP, site(0), site(1), SITE_LEN, jmp);
 	if (!ret)
-		ret = textpoke_batch_begin(&b);
-	if (!ret) {
-		ret = textpoke_batch_add(b, THIS_MODULE, site(0), jmp, SITE_LEN);
-		if (!ret)
-			ret = textpoke_batch_commit(b);
-		textpoke_batch_end(b);
-	}
+		ret = commit_one(site(0), jmp);
 	verdict("change_under_kprobe", ret, -EIO);
 	for (i = 0; i < 10; i++)
 		run_asm(site(0));
 	hits = atomic_read(&kprobe_hits);
 	verdict("kprobe_still_fires", hits, 10);
 	unregister_kprobe(&kp);
-}
-
-/* Commits the one change of @addr to @insn, in a batch of its own. */
-static int commit_one(void *addr, const u8 *insn)
-{
-	struct textpoke_batch *b;
-	int ret = textpoke_batch_begin(&b);
-
-	if (ret)
-		return ret;
-	ret = textpoke_batch_add(b, THIS_MODULE, addr, insn, SITE_LEN);
-	if (!ret)
-		ret = textpoke_batch_commit(b);
-	textpoke_batch_end(b);
-	return ret;
 }
 
 /*
@@ -550,15 +543,8 @@ static int race_committer(void *data)
 	unsigned int cur = 0;
 
 	while (!kthread_should_stop()) {
-		struct textpoke_batch *b;
-		int ret = textpoke_batch_begin(&b);
+		int ret = commit_one(site(3), race.insn[!cur]);
 
-		if (!ret) {
-			ret = textpoke_batch_add(b, THIS_MODULE, site(3), race.insn[!cur], SITE_LEN);
-			if (!ret)
-				ret = textpoke_batch_commit(b);
-			textpoke_batch_end(b);
-		}
 		atomic_inc(&race.attempts);
 		if (!ret) {
 			race.commits++;
@@ -629,16 +615,9 @@ static int kprobe_race(unsigned int n)
 	/* The site ends whole, as textpoke has it: one more change must go through. */
 	memcpy(now, site(3), SITE_LEN);
 	{
-		struct textpoke_batch *b;
 		bool is_old = !memcmp(now, race.insn[0], SITE_LEN);
 
-		ret = textpoke_batch_begin(&b);
-		if (!ret) {
-			ret = textpoke_batch_add(b, THIS_MODULE, site(3), race.insn[is_old], SITE_LEN);
-			if (!ret)
-				ret = textpoke_batch_commit(b);
-			textpoke_batch_end(b);
-		}
+		ret = commit_one(site(3), race.insn[is_old]);
 		verdict("kprobe_race_site_whole",
 			is_old || !memcmp(now, race.insn[1], SITE_LEN), 1);
 	}
