@@ -90,7 +90,7 @@ asm(".pushsection .text, \"ax\"\n"
     FUNC(outsider_site3, ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
     FUNC(outsider_int3, ASM_ENDBR ANNOTATE_NOENDBR "int3\n" SITE_RET)
     FUNC(outsider_opt, ANNOTATE_NOENDBR "xor %eax, %eax\n"
-	 ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
+	 ANNOTATE_NOENDBR ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" SITE_RET)
     FUNC(outsider_opt_new, ANNOTATE_NOENDBR "mov $1, %eax\n" SITE_RET)
     ".popsection\n");
 static const u8 unlisted[] = { 0x0f, 0x0b, 0x90, 0x90, 0x90 };	/* UD2 + NOPs */
