@@ -35,6 +35,8 @@ announce() { printf '%s\n' "$1" >>"$artifacts_file"; }
 step "guests: the planned boots, two at a time as their guests are built (logs: $out)"
 "$runner" suite --out "$out" --artifacts-from "$artifacts_file" &
 suite_pid=$!
+# The guest builds run beside the boots, at a lower priority than theirs.
+yield_to_boots 5
 
 guest_step() { step "guests: building $1 ($2)"; }
 build_guests guest_step announce

@@ -61,6 +61,17 @@ timed() {
 	return "$status"
 }
 
+# yield_to_boots LEVEL: lowers the priority of this shell, and so of every command it starts
+# after, to nice LEVEL. The boots run at the priority they were started with (0): their
+# time limits are in wall-clock seconds and single-threaded TCG needs a whole host core per
+# boot, so what runs beside them on the two cores must take what they leave. Scripts start
+# the runner's suite first, then yield: the guest builds (the next boots' critical path) to
+# level 5, the host lane (which nothing waits for until the summary) to 10.
+yield_to_boots() {
+	renice -n "$1" -p "$BASHPID" >/dev/null ||
+		echo "$(basename "$0"): could not lower the priority of the work beside the boots" >&2
+}
+
 # build_runner: builds textpoke-runner and sets `runner`, or says why not and exits.
 build_runner() {
 	if ! CARGO_TARGET_DIR=$build/cargo-host cargo build --quiet --release -p textpoke-runner; then

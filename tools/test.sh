@@ -23,7 +23,9 @@
 #    cs-etm patch and its synthetic-trace decode, `make CLIPPY=1` of the modules (production
 #    and debug builds) per arch. The host checks are mostly single-threaded (loom, the mutants,
 #    the fuzz runs) and so are the module builds, so the lanes share the two cores instead of
-#    taking turns; the host lane's output is printed when it ends;
+#    taking turns; the host lane's output is printed when it ends. The boots come first on
+#    the cores: the builds and checks beside them run at nice 5, the host lane at nice 10
+#    (`yield_to_boots`, tools/lib.sh);
 # 4. once the boots are over, the CoreSight decode of the arm64 -smp 2 boot's executions, and
 #    the runner's summary. Every stage is timed (`timed`, tools/lib.sh) for the report's table.
 #
@@ -117,7 +119,10 @@ host_lane() {
 }
 host_log=$out/host-lane.out
 step "host checks, in the background (their output follows when they end)"
-host_lane >"$host_log" 2>&1 &
+(
+	yield_to_boots 10
+	host_lane
+) >"$host_log" 2>&1 &
 host_pid=$!
 
 # The boots start as soon as their guest is built, each arch's patched one first, while the
@@ -130,6 +135,8 @@ step "guests: the planned boots, two at a time as their guests are built (logs: 
 "$runner" suite --out "$out" --artifacts-from "$artifacts_file" \
 	--kunit "$cache/kernel/patched/tools/testing/kunit/kunit.py" &
 suite_pid=$!
+# Everything below runs beside the boots, at a lower priority than theirs.
+yield_to_boots 5
 
 guest_step() { step "guests: building $1 ($2)"; }
 build_guests guest_step announce
