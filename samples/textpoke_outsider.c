@@ -31,7 +31,10 @@
  *    optimize it into a jump over both (every other probe over the NOP, registered between two
  *    commits), runs the function and disarms the probe. Every run must
  *    do what textpoke says the site holds, every commit must succeed or be refused (-ETXTBSY
- *    while the probe stands, -EIO while its jump does), and the site must end whole.
+ *    while the probe stands, -EIO while its jump does), none may go through while an
+ *    optimized probe stands over the site, and the site must end whole.
+ *    "optprobe_unexecuted N" is the same race with nothing running the function, and only the
+ *    commits under a probe's copy counted: the seeded defect's control.
  *  - "kernel_traps N" holds textpoke.h to its word on textpoke_cpu_traps(): one thread flips
  *    the module's own static key N times, which textpoke guards as the kernel's patcher, while
  *    this one runs the key's site with interrupts off; every execution an exception
@@ -656,6 +659,13 @@ static struct {
 	unsigned int cur;	/* what the site holds, as textpoke has it: 0 the NOP, 1 the JMP */
 	u8 insn[2][SITE_LEN];
 	int commits, busy, changed, errors, first_error;
+	/*
+	 * Set, under the lock, from a probe's registration over the NOP to its unregistration:
+	 * the probe's copy of the site is taken, and textpoke must refuse every change.
+	 * under_copy counts the commits that went through meanwhile.
+	 */
+	bool copied;
+	int under_copy;
 	unsigned long runs, odd;
 } opt;
 
@@ -668,6 +678,7 @@ static int opt_committer(void *data)
 		ret = commit_one(OPT_SITE, opt.insn[!opt.cur]);
 		if (!ret) {
 			opt.commits++;
+			opt.under_copy += opt.copied;
 			opt.cur = !opt.cur;
 		} else if (ret == -ETXTBSY) {
 			opt.busy++;	/* a probe's copy covers the site */
@@ -717,11 +728,16 @@ static bool opt_first_byte_becomes(u8 byte, unsigned long timeout)
 	return READ_ONCE(*(u8 *)outsider_opt) == byte;
 }
 
-static int optprobe_race(unsigned int n)
+/*
+ * @execute false is the seeded defect's variant (a textpoke that ignores other patchers,
+ * tools/agent's controls): no thread runs the function, and nothing is checked but the commits
+ * made under a probe's copy, since under the defect the function's bytes may be torn.
+ */
+static int optprobe_race(unsigned int n, bool execute)
 {
-	struct task_struct *committer, *runner;
+	struct task_struct *committer, *runner = NULL;
 	struct kprobe kp;
-	int optimized = 0, failed = 0, stale = 0, ret, i;
+	int optimized = 0, failed = 0, stale = 0, under_copy = 0, ret, i;
 	unsigned int round, cpu;
 
 	memset(&opt, 0, sizeof(opt));
@@ -733,16 +749,19 @@ static int optprobe_race(unsigned int n)
 	if (ret)
 		return ret;
 	cpu = cpumask_last(cpu_online_mask);
-	runner = kthread_create_on_cpu(opt_runner, NULL, cpu, "outsider_optrun");
-	if (IS_ERR(runner)) {
-		textpoke_unregister_site(THIS_MODULE, OPT_SITE);
-		return PTR_ERR(runner);
+	if (execute) {
+		runner = kthread_create_on_cpu(opt_runner, NULL, cpu, "outsider_optrun");
+		if (IS_ERR(runner)) {
+			textpoke_unregister_site(THIS_MODULE, OPT_SITE);
+			return PTR_ERR(runner);
+		}
+		get_task_struct(runner);
+		wake_up_process(runner);
 	}
-	get_task_struct(runner);
-	wake_up_process(runner);
 	committer = kthread_run(opt_committer, NULL, "outsider_optcommit");
 	if (IS_ERR(committer)) {
-		kthread_stop_put(runner);
+		if (runner)
+			kthread_stop_put(runner);
 		textpoke_unregister_site(THIS_MODULE, OPT_SITE);
 		return PTR_ERR(committer);
 	}
@@ -766,8 +785,11 @@ static int optprobe_race(unsigned int n)
 			}
 		}
 		ret = register_kprobe(&kp);
-		if (round % 2 == 0)
+		if (round % 2 == 0) {
+			opt.copied = !ret;
+			opt.under_copy = 0;
 			mutex_unlock(&opt.lock);
+		}
 		if (ret) {
 			failed++;
 			continue;
@@ -776,11 +798,19 @@ static int optprobe_race(unsigned int n)
 		 * Optimized, the XOR's first byte becomes the jump's opcode: every probe registered
 		 * over the NOP is; one that copied a guard or the JMP never is.
 		 */
-		optimized += opt_first_byte_becomes(0xe9, round % 2 ? HZ / 10 : 10 * HZ);
+		i = opt_first_byte_becomes(0xe9, round % 2 ? HZ / 10 : 10 * HZ);
+		optimized += i;
 		/* Commits meet the standing probe a while longer. */
 		msleep(30);
 		mutex_lock(&opt.lock);
-		for (i = 0; i < 10; i++)
+		/*
+		 * Counted only where the probe was optimized: kprobes had prepared its detour, so
+		 * its copy was there from the registration on.
+		 */
+		if (opt.copied && i)
+			under_copy += opt.under_copy;
+		opt.copied = false;
+		for (i = 0; execute && i < 10; i++)
 			stale += run_asm_int(outsider_opt) != opt.cur;
 		mutex_unlock(&opt.lock);
 		unregister_kprobe(&kp);
@@ -789,6 +819,13 @@ static int optprobe_race(unsigned int n)
 		msleep(30);
 	}
 	kthread_stop_put(committer);
+	if (!execute) {
+		pr_info("textpoke_outsider: optprobe race, not executed: %u rounds, %d probes optimized, %d commits, %d under a probe's copy\n",
+			n, optimized, opt.commits, under_copy);
+		verdict("optprobe_race_commits_under_copy", under_copy, 0);
+		textpoke_unregister_site(THIS_MODULE, OPT_SITE);
+		return 0;
+	}
 	kthread_stop_put(runner);
 	/* The site ends whole, as textpoke has it, and one more change goes through. */
 	verdict("optprobe_race_site_whole", opt_first_byte_becomes(0x31, 10 * HZ) &&
@@ -802,6 +839,7 @@ static int optprobe_race(unsigned int n)
 		n, optimized, failed, opt.commits, opt.busy, opt.changed, opt.errors,
 		opt.first_error, opt.runs, stale);
 	verdict("optprobe_race_stale_runs", stale, 0);
+	verdict("optprobe_race_commits_under_copy", under_copy, 0);
 	verdict("optprobe_race_odd_results", (int)opt.odd, 0);
 	verdict("optprobe_race_commit_errors", opt.errors + failed, 0);
 	/* Not vacuous: probes were optimized, commits went through, and some met a probe. */
@@ -936,10 +974,11 @@ static ssize_t control_write(struct file *file, const char __user *ubuf, size_t 
 		verdicts = 0;
 		ret = kprobe_race(n);
 		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
-	} else if (sscanf(buf, "optprobe_race %u", &n) == 1) {
+	} else if (sscanf(buf, "optprobe_race %u", &n) == 1 ||
+		   sscanf(buf, "optprobe_unexecuted %u", &n) == 1) {
 #ifdef CONFIG_X86_64
 		verdicts = 0;
-		ret = optprobe_race(n);
+		ret = optprobe_race(n, !strncmp(buf, "optprobe_race ", 14));
 		pr_info("textpoke_outsider: %u verdicts\n", verdicts);
 #else
 		ret = -EOPNOTSUPP;

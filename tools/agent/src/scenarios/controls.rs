@@ -371,7 +371,9 @@ fn swallowed(seen: u64, runs: u64) -> Result<String, String> {
 /// changing a site a kprobe registered disabled has copied, must each be refused with
 /// `ETXTBSY`. Each of the four is a request textpoke would grant but for the other patcher
 /// (samples/textpoke_outsider.c), so under the defect each must give exactly 0: any other
-/// errno is some other refusal, and catches nothing.
+/// errno is some other refusal, and catches nothing. On x86 the optimized-kprobe race, run with
+/// nothing executing the function (the defect may tear it), must also have had commits go
+/// through while a probe's copy of the site stood.
 fn other_patchers_control() -> Case {
     const NAME: &str = defects::IGNORE_OTHER_PATCHERS.caught_by;
     const OWNED: [&str; 4] = [
@@ -394,16 +396,49 @@ fn other_patchers_control() -> Case {
         let cursor = sys::dmesg_cursor().unwrap_or_default();
         let loaded = load("textpoke_outsider", &format!("foreign={foreign:#x}"));
         let lines = sys::dmesg_since(cursor).map(|(l, _)| l).unwrap_or_default();
+        let raced = match (&loaded, guest::is_x86()) {
+            (Ok(_), true) => Some(outsider::optprobe_unexecuted(outsider::OPTPROBE_UNEXECUTED)),
+            _ => None,
+        };
         sys::set_module_param("textpoke", "debug_protocol", "0")
             .map_err(|e| format!("resetting debug_protocol: {e}"))?;
         loaded?;
         sys::unload_module("textpoke_outsider").map_err(|e| format!("unloading outsider: {e}"))?;
         let verdicts = outsider::verdict_lines(&lines);
-        registered_over_owners(&verdicts, &OWNED)
+        let owned = registered_over_owners(&verdicts, &OWNED)?;
+        match raced {
+            None => Ok(owned),
+            Some(raced) => {
+                let raced = raced?;
+                Ok(format!(
+                    "{owned}; {}",
+                    changed_under_copy(&outsider::verdict_lines(&raced))?
+                ))
+            }
+        }
     };
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The unexecuted optimized-kprobe race's verdict: caught if commits went through while a
+/// probe's copy of the site stood, which only an engine that ignores kprobes lets happen.
+fn changed_under_copy(verdicts: &[(&str, &str, &str)]) -> Result<String, String> {
+    const NAME: &str = "optprobe_race_commits_under_copy";
+    let got: Vec<&str> = verdicts
+        .iter()
+        .filter(|(n, _, _)| *n == NAME)
+        .map(|(_, got, _)| *got)
+        .collect();
+    match got.as_slice() {
+        [n] if n.parse::<u32>().is_ok_and(|n| n > 0) => Ok(format!(
+            "{n} commits went through under an optimized probe's copy of the site"
+        )),
+        _ => Err(format!(
+            "not caught: {NAME} should count commits under a probe's copy once, and gave {got:?}"
+        )),
     }
 }
 
@@ -1215,6 +1250,18 @@ mod tests {
         twice.push(("a", "0", "-26"));
         assert!(registered_over_owners(&twice, &owned).is_err());
         assert!(registered_over_owners(&[], &owned).is_err());
+    }
+
+    #[test]
+    fn commits_under_a_probes_copy_catch_only_when_counted_once() {
+        const N: &str = "optprobe_race_commits_under_copy";
+        assert!(changed_under_copy(&[(N, "3", "0")]).is_ok());
+        // The production engine refuses every one.
+        assert!(changed_under_copy(&[(N, "0", "0")]).is_err());
+        assert!(changed_under_copy(&[(N, "-16", "0")]).is_err());
+        assert!(changed_under_copy(&[]).is_err());
+        assert!(changed_under_copy(&[(N, "3", "0"), (N, "3", "0")]).is_err());
+        assert!(changed_under_copy(&[("other", "3", "0")]).is_err());
     }
 
     #[test]

@@ -102,6 +102,7 @@ const VERDICTS: &[&str] = &[
 /// kprobes (`CONFIG_OPTPROBES`) can show.
 const X86_VERDICTS: &[&str] = &[
     "optprobe_race_commit_errors",
+    "optprobe_race_commits_under_copy",
     "optprobe_race_contended",
     "optprobe_race_odd_results",
     "optprobe_race_site_changes_after",
@@ -199,6 +200,9 @@ fn command_verdicts(name: &str, cmd: &str, summary: &str, seen: &mut Vec<String>
 const KPROBE_RACE: u32 = 2000;
 /// Rounds of an optimized kprobe beside a site racing its commits (x86).
 const OPTPROBE_RACE: u32 = 40;
+/// Rounds of the optimized-kprobe race with nothing executing the function, in the control of
+/// the seeded defect that ignores other patchers (x86): three probes over the NOP.
+pub const OPTPROBE_UNEXECUTED: u32 = 6;
 /// Flips of the outsider's own static key while its site runs with interrupts off.
 const KERNEL_TRAP_FLIPS: u32 = 200;
 
@@ -217,6 +221,16 @@ fn counters() -> Result<BTreeMap<String, String>, String> {
     sys::read_text(format!("{DIR}/counters"))
         .map(|t| exerciser::key_values(&t))
         .map_err(|e| format!("outsider counters: {e}"))
+}
+
+/// Runs the loaded outsider's optimized-kprobe race (x86) with nothing executing the probed
+/// function, `rounds` rounds; returns the kernel log lines it printed.
+pub fn optprobe_unexecuted(rounds: u32) -> Result<Vec<String>, String> {
+    let cursor = sys::dmesg_cursor().unwrap_or_default();
+    command(&format!("optprobe_unexecuted {rounds}"))?;
+    sys::dmesg_since(cursor)
+        .map(|(l, _)| l)
+        .map_err(|e| format!("reading the kernel log: {e}"))
 }
 
 fn command(cmd: &str) -> Result<(), String> {
