@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use textpoke_agent::platform::exerciser::Site;
-use textpoke_agent::platform::guest::log;
+use textpoke_agent::platform::guest::{self, log};
+use textpoke_agent::platform::perf::{Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::kcore::Kcore;
 use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::Case;
@@ -205,6 +206,62 @@ fn on_busy_cpu<T>(cpu: u32, f: impl FnOnce() -> std::io::Result<T>) -> std::io::
     out
 }
 
+/// A CPU's records after it went offline and came back (patch 0014): a recorder with an event
+/// per CPU is opened, `cpu` goes offline and comes back, and the static-key sample's keys are
+/// flipped by a thread on `cpu`, then flipped back by one on `stayed`'s first CPU, which never
+/// left. Each flip changes the same sites, textpoke recording each change on the CPU that makes
+/// it, so the recorder must hold as many records of each in the sample's text, those of the
+/// first in `cpu`'s buffer (the kernel flips keys of its own as CPUs come and go, recorded
+/// too). 6.12 left the event of a CPU that had been offline off for good: the records
+/// made there went nowhere, with the recorder still counted as listening.
+fn records_from_returned_cpu(cpu: u32, stayed: &[u32]) -> Case {
+    const NAME: &str = "records_from_a_cpu_that_came_back";
+    const KEYS_CONTROL: &str = "/sys/kernel/debug/textpoke_keys/control";
+    let online = format!("/sys/devices/system/cpu/cpu{cpu}/online");
+    let run = || -> Result<String, String> {
+        let &other = stayed.first().ok_or("no CPU that stays online")?;
+        let (lo, len) = kernel_patching::module_text("textpoke_keys")?;
+        let in_sample = |p: &TextPokeRec| p.addr >= lo && p.addr < lo + len as u64;
+        let mut recorder = Recorder::open(&RecorderConfig { data_pages: 64 })
+            .map_err(|e| format!("opening a recorder on every CPU: {e}"))?;
+        sys::write_file(&online, b"0").map_err(|e| format!("taking cpu{cpu} offline: {e}"))?;
+        sys::write_file(&online, b"1").map_err(|e| format!("bringing cpu{cpu} back: {e}"))?;
+        let mut flip_on = |on: u32| -> Result<Vec<TextPokeRec>, String> {
+            sys::set_affinity(&[on]).map_err(|e| format!("moving to cpu{on}: {e}"))?;
+            let flipped = sys::write_file(KEYS_CONTROL, b"flip");
+            sys::set_affinity(stayed).map_err(|e| format!("leaving cpu{on}: {e}"))?;
+            flipped.map_err(|e| format!("flipping the keys on cpu{on}: {e}"))?;
+            let drain = recorder.drain();
+            if !drain.is_clean() {
+                return Err(format!("the recorder lost records or failed: {drain:?}"));
+            }
+            Ok(drain.pokes.into_iter().filter(in_sample).collect())
+        };
+        let back = flip_on(cpu)?;
+        let stay = flip_on(other)?;
+        let in_its_buffer = back.iter().filter(|p| p.cpu_of_buffer == cpu).count();
+        let line = format!(
+            "{} records of the flip on cpu{cpu} after it came back ({in_its_buffer} in its \
+             buffer), {} of the flip back on cpu{other}",
+            back.len(),
+            stay.len()
+        );
+        if !stay.is_empty() && back.len() == stay.len() && in_its_buffer == back.len() {
+            Ok(line)
+        } else {
+            Err(line)
+        }
+    };
+    let loaded = guest::load("textpoke_keys", "");
+    let outcome = loaded.and_then(|()| run());
+    let unloaded = sys::unload_module("textpoke_keys");
+    match (outcome, unloaded) {
+        (Ok(line), Ok(_)) => Case::pass(NAME).with_log(line),
+        (Err(e), _) => Case::fail(NAME, e),
+        (Ok(_), Err(e)) => Case::fail(NAME, format!("unloading textpoke_keys: {e}")),
+    }
+}
+
 /// Every hotplug case, as one group.
 pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
     const NAME: &str = "cpu_hotplug";
@@ -280,6 +337,7 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
         r
     };
     children.extend(kernel_patching::hotplug_transitions(kcore, &around));
+    children.push(records_from_returned_cpu(cpu, &others));
     let t = t.into_inner();
     if let Some(Err(e)) = fair.map(FairServerOff::restore) {
         children.push(Case::fail("hotplug_fair_server_restored", e));

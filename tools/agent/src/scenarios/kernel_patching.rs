@@ -49,7 +49,8 @@ pub(crate) fn kernel_text() -> Result<(u64, usize), String> {
 /// The text of module `name`, from its functions in `/proc/kallsyms`: from the first to 64
 /// bytes past the start of the last (the sample's functions are short, and its text region is
 /// page-aligned padding after them).
-fn module_text(name: &str) -> Result<(u64, usize), String> {
+/// The span of module `name`'s functions: its lowest address and its length.
+pub fn module_text(name: &str) -> Result<(u64, usize), String> {
     let (lo, hi) = kallsyms::function_span(name)?;
     Ok((lo, (hi - lo + 64) as usize))
 }
