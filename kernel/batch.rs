@@ -933,9 +933,11 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// resumed. Where no guard stood (a quiet arm64 batch), no trap there is textpoke's.
     fn retire(&mut self) {
         if self.guards > 0 {
-            for e in self.entries.iter().filter(|e| !e.change.parked) {
-                self.engine.replaced.record(e.addr);
-            }
+            let held = self.text.hold();
+            let sites = self.entries.iter().filter(|e| !e.change.parked);
+            self.engine
+                .replaced
+                .record_batch(held, sites.map(|e| e.addr));
         }
     }
 
@@ -1239,11 +1241,10 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 );
             }
         }
-        for (e, s) in entries.iter().zip(sites.iter()) {
-            if s.guarded {
-                self.engine.replaced.record(e.addr);
-            }
-        }
+        let guarded = entries.iter().zip(sites.iter()).filter(|(_, s)| s.guarded);
+        self.engine
+            .replaced
+            .record_batch(self.text.hold(), guarded.map(|(e, _)| e.addr));
         self.sites = sites;
         self.correct_conflicts();
     }

@@ -20,6 +20,7 @@ use crate::engine::Engine;
 use crate::entry::Entry;
 use crate::patch_series::TrapHook;
 use crate::plan::{Change, Cost, Plan};
+use crate::replaced::{Replaced, LARGEST_BATCH};
 use kernel::prelude::*;
 
 /// The self-test's results as log lines (see the module documentation).
@@ -60,9 +61,10 @@ impl Report {
 pub(crate) fn run(engine: &Engine, hook: &TrapHook) -> bool {
     let sites = CurrentArch::selftest_sites();
     let cases = CurrentArch::selftest_cases();
-    let mut t = Report::start(3 + sites.len() + cases.len());
+    let mut t = Report::start(4 + sites.len() + cases.len());
     t.result("plan_cost_matches_protocol", plan_cost());
     t.result("pending_table_publish_lookup_retire", pending_table(engine));
+    t.result("replaced_holds_last_two_batches", replaced(engine));
     t.result("trap_hook_claimed_once", claimed_once(hook));
     for site in sites {
         t.result(site.name, trap(engine, site));
@@ -71,6 +73,44 @@ pub(crate) fn run(engine: &Engine, hook: &TrapHook) -> bool {
         t.result(case.name, (case.run)(&engine.exports.arch));
     }
     t.finish()
+}
+
+/// [`Replaced`] remembers every site of the last two batches, the largest included: a batch of
+/// [`LARGEST_BATCH`] sites, a small one, another of [`LARGEST_BATCH`], on a record of the
+/// test's own (its addresses no CPU executes, 4 bytes apart as arm64's instructions are).
+fn replaced(engine: &Engine) -> Result<(), &'static str> {
+    type Sites = core::iter::Take<core::iter::StepBy<core::ops::RangeFrom<u64>>>;
+    fn batch(first: u64, n: usize) -> Sites {
+        (first..).step_by(4).take(n)
+    }
+    let r = Replaced::new().map_err(|_| "no memory for a record")?;
+    let (a, b, c) = (
+        batch(0x10_0000, LARGEST_BATCH),
+        batch(0x90_0000, 10),
+        batch(0x100_0000, LARGEST_BATCH),
+    );
+    let all = |mut sites: Sites| sites.all(|s| r.contains(s));
+    let text = engine.exports.generic.lock_text();
+    r.record_batch(text.holds(), a.clone());
+    if !all(a.clone()) {
+        return Err("a site of a batch of the largest size not found");
+    }
+    r.record_batch(text.holds(), b.clone());
+    if !all(a.clone()) || !all(b.clone()) {
+        return Err("a site of the batch before the last not found");
+    }
+    r.record_batch(text.holds(), c.clone());
+    drop(text);
+    if !all(b.clone()) || !all(c.clone()) {
+        return Err("a site of the last two batches not found");
+    }
+    if a.clone().any(|s| r.contains(s)) {
+        return Err("a site of the third batch back still found");
+    }
+    if r.contains(0x90_0000 + 4 * 10) || r.contains(0x90_0002) {
+        return Err("a site never recorded found");
+    }
+    Ok(())
 }
 
 /// Another handler cannot claim the guard trap while textpoke holds it: a second owner would be

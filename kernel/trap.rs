@@ -59,7 +59,7 @@ fn emulated(entry: &Entry) -> crate::current_arch::Insn {
 fn handle(engine: &Engine, regs: &mut PtRegs) -> bool {
     let site = CurrentArch::trap_site(regs);
     // A trap that is not textpoke's, with no batch in flight, ends here, having read the live
-    // mask and one bucket of the replaced record and called nothing: every kprobe hit on x86
+    // mask and probed the two tables of the replaced record and called nothing: every kprobe hit on x86
     // takes this path, and without a call on it the compiler saves no registers for it.
     // A seeded defect of the debug build that claims such traps (`debug.rs`) must still reach
     // them; in a production build the last test is constant.
