@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use textpoke_agent::platform::exerciser::Site;
 use textpoke_agent::platform::guest::{self, log};
-use textpoke_agent::platform::perf::{Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::kcore::Kcore;
+use textpoke_agent::platform::perf::{Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::Case;
 
