@@ -190,7 +190,8 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 const BATCH_SYNC: &str = "Phase::Sync => {\n                self.text.sync(CurrentArch::sync_all);";
 const BATCH_TEXT_CHECK: &str = "        let published = match run.check_text() {\n";
-const BATCH_RECOVERY_REPLACED: &str = "        let guarded = entries.iter().zip(sites.iter()).filter(|(_, s)| s.guarded);
+const BATCH_RECOVERY_REPLACED: &str =
+    "        let guarded = entries.iter().zip(sites.iter()).filter(|(_, s)| s.guarded);
         self.engine
             .replaced
             .record_batch(self.text.hold(), guarded.map(|(e, _)| e.addr));
