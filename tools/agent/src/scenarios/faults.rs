@@ -598,31 +598,7 @@ impl Reference {
                 "the stock path did not undo its own transition: first difference at {a:#x}"
             ));
         }
-        let mut ranges: Vec<(u64, Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut i = 0;
-        while i < len {
-            if before[i] == after[i] {
-                i += 1;
-                continue;
-            }
-            // An instruction's changed bytes, and those of a neighbour up to 8 bytes on, are
-            // one range; on x86 a call whose target alone changed starts at its opcode, so
-            // that `holds` knows it for a call.
-            let start = match i.checked_sub(1) {
-                Some(op) if guest::is_x86() && before[op] == 0xe8 && after[op] == 0xe8 => op,
-                _ => i,
-            };
-            let mut end = i + 1;
-            while let Some(j) = (end..len.min(end + 8)).find(|&j| before[j] != after[j]) {
-                end = j + 1;
-            }
-            ranges.push((
-                base + start as u64,
-                before[start..end].to_vec(),
-                after[start..end].to_vec(),
-            ));
-            i = end;
-        }
+        let ranges = changed_ranges(base, &before, &after, guest::is_x86());
         if ranges.is_empty() {
             return Err("the transition changed no byte of the kernel text".into());
         }
@@ -637,8 +613,7 @@ impl Reference {
             let now = kcore
                 .read(*addr, want.len())
                 .map_err(|e| format!("kcore at {addr:#x}: {e}"))?;
-            let call = |b: &[u8]| guest::is_x86() && b.first() == Some(&0xe8);
-            if now != *want && !(call(want) && call(&now)) {
+            if !same_text(want, &now, guest::is_x86()) {
                 return Err(format!(
                     "{addr:#x} holds {now:02x?}, the stock path left {want:02x?}"
                 ));
@@ -646,6 +621,53 @@ impl Reference {
         }
         Ok(())
     }
+}
+
+/// The ranges where `before` and `after` (the text at `base`) differ, with both texts there.
+///
+/// An instruction's changed bytes, and those of a neighbour up to 8 bytes on, are one range. On
+/// x86 a call whose target alone changed starts at its opcode, so that [`same_text`] knows it
+/// for a call: its first changed byte may be any of the displacement's four (a target that
+/// moved by less than 256 bytes changes only the low one; one whose low byte happens to match
+/// changes only the higher ones).
+fn changed_ranges(
+    base: u64,
+    before: &[u8],
+    after: &[u8],
+    x86: bool,
+) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
+    let len = before.len().min(after.len());
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < len {
+        if before[i] == after[i] {
+            i += 1;
+            continue;
+        }
+        // The nearest call in both texts whose displacement holds byte `i`.
+        let call = (i.saturating_sub(4)..i)
+            .rev()
+            .find(|&op| x86 && before[op] == 0xe8 && after[op] == 0xe8);
+        let start = call.unwrap_or(i);
+        let mut end = i + 1;
+        while let Some(j) = (end..len.min(end + 8)).find(|&j| before[j] != after[j]) {
+            end = j + 1;
+        }
+        ranges.push((
+            base + start as u64,
+            before[start..end].to_vec(),
+            after[start..end].to_vec(),
+        ));
+        i = end;
+    }
+    ranges
+}
+
+/// Whether `now` is the text `want` the stock path left: the same bytes or, on x86, a call where
+/// it made a call (ftrace's trampolines move).
+fn same_text(want: &[u8], now: &[u8], x86: bool) -> bool {
+    let call = |b: &[u8]| x86 && b.first() == Some(&0xe8);
+    now == want || (call(want) && call(now))
 }
 
 /// Hand-backs for lack of memory (or room) textpoke logged since `cursor`.
@@ -956,6 +978,45 @@ pub fn kmemleak_clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_whose_target_changed_is_one_range_from_its_opcode() {
+        // ftrace_call's `call`: the target moved by less than 256 bytes, then with the low
+        // displacement byte equal (only the higher ones changed), then a NOP made a call.
+        let before = [0x90, 0xe8, 0x10, 0x20, 0x00, 0x00, 0x90];
+        for after in [
+            [0x90, 0xe8, 0x18, 0x20, 0x00, 0x00, 0x90],
+            [0x90, 0xe8, 0x10, 0x53, 0x00, 0x00, 0x90],
+            [0x90, 0xe8, 0x10, 0x20, 0x01, 0x00, 0x90],
+        ] {
+            let ranges = changed_ranges(0x1000, &before, &after, true);
+            assert_eq!(ranges.len(), 1, "{after:02x?}");
+            let (addr, off, on) = &ranges[0];
+            assert_eq!(*addr, 0x1001, "{after:02x?}");
+            assert_eq!((off[0], on[0]), (0xe8, 0xe8));
+            // Another call target is the same text; other bytes are not.
+            let other_call = &[0xe8, 0x77, 0x66, 0x00, 0x00][..on.len()];
+            let nop = &[0x0f, 0x1f, 0x44, 0x00, 0x00][..on.len()];
+            assert!(same_text(on, other_call, true));
+            assert!(!same_text(on, nop, true));
+            assert!(!same_text(on, other_call, false));
+        }
+        let nop = [0x0f, 0x1f, 0x44, 0x00, 0x00, 0x90];
+        let call = [0xe8, 0x10, 0x20, 0x00, 0x00, 0x90];
+        assert_eq!(
+            changed_ranges(0, &nop, &call, true),
+            vec![(0, nop[..3].to_vec(), call[..3].to_vec())]
+        );
+        // Changes more than 8 bytes apart are two ranges; on arm64 no byte is a call.
+        let a = [0u8; 20];
+        let mut b = a;
+        b[2] = 1;
+        b[12] = 1;
+        assert_eq!(changed_ranges(0, &a, &b, false).len(), 2);
+        let mut c = before;
+        c[3] = 0x53;
+        assert_eq!(changed_ranges(0, &before, &c, false)[0].0, 3);
+    }
 
     #[test]
     fn v0_symbols_give_their_path() {
