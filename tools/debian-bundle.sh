@@ -7,8 +7,9 @@
 # - perf, as /usr/bin/perf, on both arches;
 # - on x86_64, the programs of GNU and Debian that the kernel's livepatch selftests call and
 #   busybox lacks or implements without the options they use (KSELFTEST_PROGRAMS below), in
-#   /usr/lib/kselftest/bin, which the agent puts first in their PATH and nobody else's. Only the
-#   x86 guests have livepatch (arm64 has none in 6.12).
+#   /usr/lib/kselftest/bin, which the agent puts first in the selftests' PATH and nobody else's.
+#   Only the x86 guests have livepatch (arm64 has none in 6.12);
+# - on both arches, util-linux's chrt there too, which ftracetest's wakeup tracer cases run.
 #
 # Why Debian's binaries and not a perf built from the guest kernel's tools/perf: they are the
 # programs people actually run, and building perf needs a pile of -dev packages per arch.
@@ -204,7 +205,8 @@ find_perf() {
 # modinfo and insmod (one program, copied once, which acts as the name it is run by; the
 # expected kernel messages of the cases whose load must fail quote kmod insmod's error line) and
 # GNU diff (--label, for the difference a failing case prints).
-KSELFTEST_PROGRAMS=(bash date sysctl getconf stat modinfo insmod diff)
+# chrt (util-linux) is ftracetest's, for its wakeup tracer cases: both arches.
+KSELFTEST_PROGRAMS=(bash date sysctl getconf stat modinfo insmod diff chrt)
 KSELFTEST_BIN=/usr/lib/kselftest/bin
 
 bundle_host() {
@@ -361,7 +363,7 @@ bundle_arm64() {
 	# packages of the libraries it could not find.
 	for round in $(seq 1 20); do
 		closure "$perf" /usr/bin/perf
-		[ ${#missing[@]} -gt 0 ] || return 0
+		[ ${#missing[@]} -gt 0 ] || break
 		new=()
 		for p in $(providers | sort -u); do
 			[ -e "$sysroot/.pkgs/$p.list" ] || new+=("$p")
@@ -369,7 +371,11 @@ bundle_arm64() {
 		[ ${#new[@]} -gt 0 ] || die "no arm64 package found for: ${missing[*]} (round $round)"
 		fetch "${new[@]}"
 	done
-	die "the arm64 library closure did not settle: ${missing[*]}"
+	[ ${#missing[@]} -eq 0 ] || die "the arm64 library closure did not settle: ${missing[*]}"
+	# ftracetest's chrt: util-linux's, which needs only libc.
+	[ -e "$sysroot/.pkgs/util-linux.list" ] || fetch util-linux
+	closure "$(canon /usr/bin/chrt)" "$KSELFTEST_BIN/chrt"
+	[ ${#missing[@]} -eq 0 ] || die "chrt's libraries are not in the arm64 sysroot: ${missing[*]}"
 }
 
 # Walking the closure forks a few hundred readelf/realpath processes (about 2 s), so the

@@ -80,7 +80,9 @@ fn ftracetest_limit(cases: usize) -> Duration {
 const LIVEPATCH: &str = "/usr/share/kselftest/livepatch";
 
 /// The programs the livepatch selftests call beyond busybox (tools/debian-bundle.sh): first in
-/// their PATH, and no one else's.
+/// their PATH, and no one else's; and util-linux's `chrt`, which ftracetest's wakeup tracer
+/// cases run, last in ftracetest's PATH (busybox first, as the rest of its cases have always
+/// run).
 const KSELFTEST_BIN: &str = "/usr/lib/kselftest/bin";
 
 /// How long one livepatch selftest script may take before it counts as hung. Each of its waits
@@ -98,6 +100,91 @@ pub enum Outcome {
     Unsupported,
     /// Neither passed nor failed (`UNRESOLVED`, an error of the test itself).
     Unresolved,
+}
+
+/// One case file as ftracetest announces it: its path below `test.d`, its description as its
+/// KTAP line gives it (whitespace collapsed, as ftracetest's unquoted `echo` does), and whether it
+/// runs a second time inside a trace instance (`flags: instance`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaseFile {
+    /// Below `test.d`, for example `ftrace/fgraph-filter.tc`.
+    pub path: String,
+    /// What its `description:` line says.
+    pub description: String,
+    /// Whether it has the `instance` flag.
+    pub instance: bool,
+}
+
+impl CaseFile {
+    /// Reads the header of case file `full`, whose path below `test.d` is `path`.
+    fn read(full: &Path, path: String) -> Result<Self, String> {
+        let text = std::fs::read_to_string(full).map_err(|e| format!("{}: {e}", full.display()))?;
+        Ok(Self::parse(path, &text))
+    }
+
+    /// The header of a case file's `text`, as ftracetest's `testcase` and `test_on_instance`
+    /// read it.
+    fn parse(path: String, text: &str) -> Self {
+        let field = |name: &str| {
+            text.lines().find_map(|l| {
+                let rest = l.strip_prefix('#')?.trim_start_matches([' ', '\t']);
+                rest.strip_prefix(name)?
+                    .strip_prefix(':')
+                    .map(str::to_owned)
+            })
+        };
+        let description = field("description")
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let instance = field("flags").is_some_and(|f| f.contains("instance"));
+        Self {
+            path,
+            description,
+            instance,
+        }
+    }
+}
+
+/// ftracetest's results keyed by case file: it runs `cases` in the order given, then again,
+/// each in a trace instance, those with the `instance` flag (their keys end ` (instance)`). Each
+/// result's description must be its file's: two files may share a description
+/// (`fgraph-filter.tc` and `fgraph-multi.tc` do), so the description cannot be the key.
+pub fn key_by_file(
+    cases: &[CaseFile],
+    results: Vec<(String, Outcome)>,
+) -> Result<Vec<(String, Outcome)>, String> {
+    let order = cases
+        .iter()
+        .map(|c| (c.path.clone(), c.description.clone()))
+        .chain(cases.iter().filter(|c| c.instance).map(|c| {
+            (
+                format!("{} (instance)", c.path),
+                format!("(instance) {}", c.description),
+            )
+        }));
+    let mut out = Vec::new();
+    let mut results = results.into_iter();
+    for (key, description) in order {
+        let Some((name, outcome)) = results.next() else {
+            return Err(format!(
+                "ftracetest gave no result for {key} and the cases after it"
+            ));
+        };
+        if name != description {
+            return Err(format!(
+                "ftracetest's result for {key} is {name:?}, whose description is {description:?}"
+            ));
+        }
+        out.push((key, outcome));
+    }
+    match results.next() {
+        Some((name, _)) => Err(format!(
+            "ftracetest gave a result for no case file: {name:?}"
+        )),
+        None => Ok(out),
+    }
 }
 
 /// Parses ftracetest's KTAP output (`-K`): `(description, outcome)` per case, in order.
@@ -185,33 +272,40 @@ pub fn parse_kunit(lines: &[String], suite: &str) -> Vec<(String, Outcome)> {
 }
 
 /// The ftracetest case files of `entries` (directories of `test.d`, or single cases in them),
-/// sorted.
-fn ftrace_cases(entries: &[String]) -> Result<Vec<String>, String> {
+/// sorted by path.
+fn ftrace_cases(entries: &[String]) -> Result<Vec<CaseFile>, String> {
+    let root = Path::new(FTRACETEST).join("test.d");
     let mut cases = Vec::new();
     for d in entries {
-        let path = Path::new(FTRACETEST).join("test.d").join(d);
+        let path = root.join(d);
         if path.extension().is_some_and(|x| x == "tc") {
             if !path.is_file() {
                 return Err(format!("{}: no such case", path.display()));
             }
-            cases.push(path.to_string_lossy().into_owned());
+            cases.push(CaseFile::read(&path, d.clone())?);
             continue;
         }
         let entries = std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         for e in entries {
             let p = e.map_err(|e| e.to_string())?.path();
             if p.extension().is_some_and(|x| x == "tc") {
-                cases.push(p.to_string_lossy().into_owned());
+                let below = p
+                    .strip_prefix(&root)
+                    .map_err(|e| format!("{}: {e}", p.display()))?
+                    .to_string_lossy()
+                    .into_owned();
+                cases.push(CaseFile::read(&p, below)?);
             }
         }
     }
-    cases.sort();
+    cases.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(cases)
 }
 
-/// Runs ftracetest on `cases`; its KTAP, parsed. Each case's result line goes to the log with
-/// the seconds since the one before, which is what the case took.
-fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
+/// Runs ftracetest on `cases`; its KTAP, parsed and keyed by case file ([`key_by_file`]). Each
+/// case's result line goes to the log with the seconds since the one before, which is what the
+/// case took.
+fn run_ftracetest(cases: &[CaseFile]) -> Result<Vec<(String, Outcome)>, String> {
     use std::io::BufRead;
     let logdir = "/tmp/ftracetest-logs";
     let _ = std::fs::remove_dir_all(logdir);
@@ -227,7 +321,15 @@ fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
             "--fail-unsupported",
             "--fail-unresolved",
         ])
-        .args(cases)
+        .args(
+            cases
+                .iter()
+                .map(|c| Path::new(FTRACETEST).join("test.d").join(&c.path)),
+        )
+        .env(
+            "PATH",
+            format!("/usr/bin:/bin:/usr/sbin:/sbin:{KSELFTEST_BIN}"),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -257,16 +359,7 @@ fn run_ftracetest(cases: &[String]) -> Result<Vec<(String, Outcome)>, String> {
         .map_err(|_| "ftracetest: the output reader panicked")?;
     let results = parse_ftracetest(&text);
     log_kept_ftracetest_logs(logdir);
-    // A case flagged `instance` runs once more inside a trace instance, with a result of its
-    // own: at least one result per case.
-    if results.len() < cases.len() {
-        return Err(format!(
-            "ftracetest reported {} results for {} cases",
-            results.len(),
-            cases.len()
-        ));
-    }
-    Ok(results)
+    key_by_file(cases, results)
 }
 
 /// Logs the end of every case log ftracetest kept: it removes those of the cases that passed
@@ -547,9 +640,10 @@ fn takes_cpus_offline(case: &str) -> bool {
         .any(|n| Path::new(case).file_name().is_some_and(|f| f == *n))
 }
 
-/// Runs ftracetest on `cases` into `out`, keyed `ftracetest/CASE`, or `key` if it failed.
+/// Runs ftracetest on `cases` into `out`, keyed `ftracetest/DIR/FILE.tc` (and ` (instance)`),
+/// or `key` if it failed.
 fn run_ftrace_into(
-    cases: Result<Vec<String>, String>,
+    cases: Result<Vec<CaseFile>, String>,
     key: &str,
     out: &mut BTreeMap<String, Result<Outcome, String>>,
 ) {
@@ -597,7 +691,7 @@ pub enum On {
 /// A case of the kernel's suites that cannot pass in these guests, with or without textpoke.
 #[derive(Debug)]
 pub struct Limitation {
-    /// The case, as [`judge`] is given it (`ftracetest/DESCRIPTION`, …).
+    /// The case, as [`judge`] is given it (`ftracetest/DIR/FILE.tc`, …).
     pub case: &'static str,
     /// Where.
     pub on: On,
@@ -617,59 +711,47 @@ const NO_DIRECT_SAMPLE: &str = "the arm64 guest kernels are built without the ft
 /// that stops running, or a case that breaks on both paths, is a finding, never a silent pass.
 pub const KNOWN_LIMITATIONS: &[Limitation] = &[
     Limitation {
-        case: "ftracetest/Kprobe event auto/manual naming",
+        case: "ftracetest/kprobe/kprobe_eventname.tc",
         on: On::Both,
         outcome: Outcome::Unresolved,
         why: "its second part probes a GCC `.isra.` clone, and clang makes none: no function \
               to probe",
     },
     Limitation {
-        case: "ftracetest/Kretprobe dynamic event with maxactive",
+        case: "ftracetest/kprobe/kretprobe_maxactive.tc",
         on: On::Both,
         outcome: Outcome::Fail,
         why: "it probes inet_csk_accept, which the guest kernels, built without networking, \
               lack",
     },
     Limitation {
-        case: "ftracetest/Test wakeup tracer",
-        on: On::Both,
-        outcome: Outcome::Unresolved,
-        why: "it runs chrt, which the guests' busybox lacks",
-    },
-    Limitation {
-        case: "ftracetest/Test wakeup RT tracer",
-        on: On::Both,
-        outcome: Outcome::Unresolved,
-        why: "it runs chrt, which the guests' busybox lacks",
-    },
-    Limitation {
-        case: "ftracetest/ftrace - function graph print function return value",
+        case: "ftracetest/ftrace/fgraph-retval.tc",
         on: On::Both,
         outcome: Outcome::Unsupported,
         why: "the guest kernels are built without FUNCTION_GRAPH_RETVAL: no \
               options/funcgraph-retval",
     },
     Limitation {
-        case: "ftracetest/Test ftrace direct functions against tracers",
+        case: "ftracetest/direct/ftrace-direct.tc",
         on: On::Arm64,
         outcome: Outcome::Unresolved,
         why: NO_DIRECT_SAMPLE,
     },
     Limitation {
-        case: "ftracetest/Test ftrace direct functions against kprobes",
+        case: "ftracetest/direct/kprobe-direct.tc",
         on: On::Arm64,
         outcome: Outcome::Unresolved,
         why: NO_DIRECT_SAMPLE,
     },
     Limitation {
-        case: "ftracetest/Register/unregister optimized probe",
+        case: "ftracetest/kprobe/kprobe_opt_types.tc",
         on: On::Arm64,
         outcome: Outcome::Unsupported,
         why: "the case knows no arm64 instruction to probe (\"Please implement other \
               architecture here\")",
     },
     Limitation {
-        case: "ftracetest/Test failure of registering kprobe on non unique symbol",
+        case: "ftracetest/kprobe/kprobe_non_uniq_symbol.tc",
         on: On::Arm64,
         outcome: Outcome::Unsupported,
         why: "it wants name_show defined twice, and the arm64 guest kernel has one",
@@ -856,9 +938,9 @@ pub fn with_textpoke(stock: &BTreeMap<String, Result<Outcome, String>>, kcore: &
         Err(e) => return Case::fail("kernel_suites", format!("perf recorder: {e}")),
     };
     let cases = ftrace_cases(&dirs());
-    let (late, early): (Vec<String>, Vec<String>) = cases
+    let (late, early): (Vec<CaseFile>, Vec<CaseFile>) = cases
         .as_ref()
-        .map(|c| c.iter().cloned().partition(|c| takes_cpus_offline(c)))
+        .map(|c| c.iter().cloned().partition(|c| takes_cpus_offline(&c.path)))
         .unwrap_or_default();
     let mut results = BTreeMap::new();
     // Each suite that ran (`run` says whether it did): what textpoke did meanwhile, and its
@@ -972,6 +1054,61 @@ mod tests {
                 ("Test wakeup tracer".to_owned(), Outcome::Unresolved),
             ]
         );
+    }
+
+    #[test]
+    fn ftracetest_results_are_keyed_by_file() {
+        let filter = CaseFile::parse(
+            "ftrace/fgraph-filter.tc".into(),
+            "#!/bin/sh\n# SPDX-License-Identifier: GPL-2.0\n\
+             # description: ftrace - function graph filters\n\
+             # requires: set_ftrace_filter function_graph:tracer\n\
+             # flags: instance\n",
+        );
+        assert_eq!(
+            filter,
+            CaseFile {
+                path: "ftrace/fgraph-filter.tc".into(),
+                description: "ftrace - function graph filters".into(),
+                instance: true,
+            }
+        );
+        let multi = CaseFile::parse(
+            "ftrace/fgraph-multi.tc".into(),
+            "#\tdescription:  ftrace -  function graph filters\n",
+        );
+        assert_eq!(multi.description, "ftrace - function graph filters");
+        assert!(!multi.instance);
+        let cases = [filter, multi];
+        let desc = |s: &str| s.to_owned();
+        // The two share a description and fail differently: each keeps its own outcome.
+        let results = vec![
+            (desc("ftrace - function graph filters"), Outcome::Pass),
+            (desc("ftrace - function graph filters"), Outcome::Fail),
+            (
+                desc("(instance) ftrace - function graph filters"),
+                Outcome::Unresolved,
+            ),
+        ];
+        assert_eq!(
+            key_by_file(&cases, results.clone()).unwrap(),
+            [
+                ("ftrace/fgraph-filter.tc".to_owned(), Outcome::Pass),
+                ("ftrace/fgraph-multi.tc".to_owned(), Outcome::Fail),
+                (
+                    "ftrace/fgraph-filter.tc (instance)".to_owned(),
+                    Outcome::Unresolved
+                ),
+            ]
+        );
+        // A result missing, one too many, or out of the files' order, is an error.
+        assert!(key_by_file(&cases, results[..2].to_vec()).is_err());
+        let mut more = results.clone();
+        more.push((desc("Basic trace file check"), Outcome::Pass));
+        assert!(key_by_file(&cases, more).is_err());
+        let mut swapped = results;
+        swapped.swap(1, 2);
+        assert!(key_by_file(&cases, swapped).is_err());
     }
 
     #[test]
