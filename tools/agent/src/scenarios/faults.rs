@@ -35,6 +35,8 @@
 //!   with `ENOMEM`, every site unchanged; read through `/proc/kcore`.
 //! - `load_exerciser`: the exerciser's init registers its sites; a failed load returns
 //!   `ENOMEM` and leaves no module and no site registered.
+//! - Both must have had a run fail with `ENOMEM`: one that survived every failure injected
+//!   never reached the state a failed run leaves, which is what they check.
 //! - `schedstats_on/off` and `ftrace_on/off`: the kernel's own changes (a static key, the
 //!   function tracer on the syscall wrappers, more functions than the kernel queue keeps room
 //!   for). No change is handed back to the kernel's own path for lack of memory (on arm64 that
@@ -46,6 +48,8 @@
 //!   runs it, with the debug build's queue refusing to grow. The text afterwards is what the kernel made of the same
 //!   transition with textpoke unloaded (x86's calls into ftrace trampolines only as calls: a
 //!   trampoline's address is the kernel's to choose at each start).
+//! - Each kernel case must have emitted records (the listener made its batches guarded ones);
+//!   else the log check below holds at 0 = 0.
 //! - A record that textpoke's own log (debugfs `records`) could not keep is counted as dropped:
 //!   over each kernel case, emptied at its start, the records emitted (textpoke's counters) are
 //!   those in the log plus those it counts dropped. (How many a failure drops is not fixed: the
@@ -344,6 +348,16 @@ impl Tally {
         *self.outcomes.entry(what.to_owned()).or_default() += 1;
     }
 
+    /// Why the operation's failure path went unjudged: no run failed with `ENOMEM`, so textpoke
+    /// survived every failure injected and no check of what a failed run leaves behind ran.
+    fn no_enomem(&self) -> Option<String> {
+        (self.outcomes.get("ENOMEM").copied().unwrap_or(0) == 0).then(|| {
+            "no run failed with ENOMEM: textpoke survived every failure injected, so what a \
+             failed run leaves was never checked"
+                .to_owned()
+        })
+    }
+
     fn summary(&self) -> String {
         let points: Vec<String> = self
             .points
@@ -537,7 +551,7 @@ fn flip_case(kcore: &Kcore, inj: &Injector) -> Case {
             }
         },
     );
-    case(NAME, &t, None)
+    case(NAME, &t, t.no_enomem())
 }
 
 /// The exerciser's load, which registers its sites.
@@ -570,7 +584,7 @@ fn load_case(inj: &Injector) -> Case {
             }
         },
     );
-    case(NAME, &t, None)
+    case(NAME, &t, t.no_enomem())
 }
 
 /// The bytes a kernel transition changes, as the kernel makes it with textpoke unloaded: the
@@ -745,6 +759,9 @@ fn kernel_cases(
             .sum();
         let untrue_log = match &log {
             Err(e) => Some(format!("the engine's log: {e}")),
+            // The listener must have made the transition a guarded, recorded one: else the log
+            // check holds at 0 == 0 and the quiet path, not the guarded one, was injected.
+            Ok((0, _, _)) => Some("no record emitted: the transition ran unrecorded".to_owned()),
             Ok((emitted, logged, dropped)) if emitted.checked_sub(*logged) != Some(*dropped) => {
                 Some(format!(
                     "{emitted} records emitted, {logged} in the engine's log, which counted \
@@ -978,6 +995,16 @@ pub fn kmemleak_clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_path_is_judged_only_if_a_run_failed() {
+        let mut t = Tally::default();
+        t.outcome("ok");
+        t.outcome("other errno");
+        assert!(t.no_enomem().is_some());
+        t.outcome("ENOMEM");
+        assert!(t.no_enomem().is_none());
+    }
 
     #[test]
     fn a_call_whose_target_changed_is_one_range_from_its_opcode() {
