@@ -115,11 +115,23 @@ pub struct CaseFile {
     pub instance: bool,
 }
 
+/// Where ftracetest's case files are.
+fn test_d() -> std::path::PathBuf {
+    Path::new(FTRACETEST).join("test.d")
+}
+
 impl CaseFile {
-    /// Reads the header of case file `full`, whose path below `test.d` is `path`.
-    fn read(full: &Path, path: String) -> Result<Self, String> {
-        let text = std::fs::read_to_string(full).map_err(|e| format!("{}: {e}", full.display()))?;
+    /// Reads the header of the case file whose path below `test.d` is `path`.
+    fn read(path: String) -> Result<Self, String> {
+        let file = test_d().join(&path);
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(Self::parse(path, &text))
+    }
+
+    /// The file itself.
+    fn file(&self) -> std::path::PathBuf {
+        test_d().join(&self.path)
     }
 
     /// The header of a case file's `text`, as ftracetest's `testcase` and `test_on_instance`
@@ -274,7 +286,7 @@ pub fn parse_kunit(lines: &[String], suite: &str) -> Vec<(String, Outcome)> {
 /// The ftracetest case files of `entries` (directories of `test.d`, or single cases in them),
 /// sorted by path.
 fn ftrace_cases(entries: &[String]) -> Result<Vec<CaseFile>, String> {
-    let root = Path::new(FTRACETEST).join("test.d");
+    let root = test_d();
     let mut cases = Vec::new();
     for d in entries {
         let path = root.join(d);
@@ -282,7 +294,7 @@ fn ftrace_cases(entries: &[String]) -> Result<Vec<CaseFile>, String> {
             if !path.is_file() {
                 return Err(format!("{}: no such case", path.display()));
             }
-            cases.push(CaseFile::read(&path, d.clone())?);
+            cases.push(CaseFile::read(d.clone())?);
             continue;
         }
         let entries = std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -294,7 +306,7 @@ fn ftrace_cases(entries: &[String]) -> Result<Vec<CaseFile>, String> {
                     .map_err(|e| format!("{}: {e}", p.display()))?
                     .to_string_lossy()
                     .into_owned();
-                cases.push(CaseFile::read(&p, below)?);
+                cases.push(CaseFile::read(below)?);
             }
         }
     }
@@ -321,11 +333,7 @@ fn run_ftracetest(cases: &[CaseFile]) -> Result<Vec<(String, Outcome)>, String> 
             "--fail-unsupported",
             "--fail-unresolved",
         ])
-        .args(
-            cases
-                .iter()
-                .map(|c| Path::new(FTRACETEST).join("test.d").join(&c.path)),
-        )
+        .args(cases.iter().map(CaseFile::file))
         .env(
             "PATH",
             format!("/usr/bin:/bin:/usr/sbin:/sbin:{KSELFTEST_BIN}"),
