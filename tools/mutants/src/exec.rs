@@ -26,11 +26,14 @@ pub enum Kind {
     Model,
     /// `tests/record.rs`: the `PERF_RECORD_TEXT_POKE` writer, against golden records.
     Record,
+    /// The guest agent's own unit tests (`textpoke-agent`'s binary): the harness's judgements
+    /// that a host test can pin down.
+    Agent,
 }
 
 impl Kind {
     /// Every kind, in the order they run.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Loom,
         Kind::Stress,
         Kind::X86Insn,
@@ -38,6 +41,7 @@ impl Kind {
         Kind::Plan,
         Kind::Model,
         Kind::Record,
+        Kind::Agent,
     ];
 
     /// The prefix of this kind's test names (`loom:...`).
@@ -50,6 +54,7 @@ impl Kind {
             Kind::Plan => "plan",
             Kind::Model => "model",
             Kind::Record => "record",
+            Kind::Agent => "agent",
         }
     }
 
@@ -58,7 +63,8 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// The test target of `textpoke-core` that holds this kind's tests.
+    /// The test target that holds this kind's tests: a test of `textpoke-core`, or the agent's
+    /// binary.
     fn test_target(self) -> &'static str {
         match self {
             Kind::Loom => "pending_loom",
@@ -68,6 +74,15 @@ impl Kind {
             Kind::Plan => "plan",
             Kind::Model => "model",
             Kind::Record => "record",
+            Kind::Agent => "textpoke-agent",
+        }
+    }
+
+    /// cargo's arguments that select this kind's test target.
+    fn cargo_target(self) -> [&'static str; 4] {
+        match self {
+            Kind::Agent => ["-p", "textpoke-agent", "--bin", self.test_target()],
+            _ => ["-p", "textpoke-core", "--test", self.test_target()],
         }
     }
 
@@ -108,11 +123,12 @@ impl Builder {
         let stderr = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
         let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         cmd.current_dir(&self.work)
-            .args(["test", "--release", "--locked", "-p", "textpoke-core"])
-            .args(["--test", kind.test_target(), "--no-run"])
+            .args(["test", "--release", "--locked"])
+            .args(kind.cargo_target())
+            .arg("--no-run")
             .arg("--message-format=json-render-diagnostics")
             .env("CARGO_TARGET_DIR", self.target_dir(kind))
-            // Each mutant changes one file: incremental compilation rebuilds the core in seconds.
+            // Each mutant changes one file: incremental compilation rebuilds its crate in seconds.
             .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "true")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .env_remove("CARGO_BUILD_RUSTFLAGS")

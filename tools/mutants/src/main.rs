@@ -11,7 +11,8 @@
 //! The tests are `textpoke-core`'s, named `KIND:NAME`: loom (`tools/core/tests/pending_loom.rs`
 //! under `--cfg loom`, kind `loom`), the table's unit and stress tests (`pending.rs`, `stress`),
 //! and the host tests `x86_insn`, `arm64_insn`, `plan`, `model` and `record` (the file of each
-//! name under `tools/core/tests/`).
+//! name under `tools/core/tests/`); and the guest agent's unit tests (kind `agent`), which kill
+//! the mutants of the harness's own judgements.
 //!
 //! ```text
 //! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]

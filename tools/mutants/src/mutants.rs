@@ -7,7 +7,8 @@
 //! edit of that file must update the table, never silently turn a mutant into a no-op.
 //!
 //! Most files are shared with the host crate `textpoke-core`, and their mutants name host tests
-//! that kill them. The files of [`KERNEL_ONLY`] only the kernel module compiles: their mutants
+//! that kill them. The guest agent's files (`AGENT_*`) hold judgements of the harness, whose
+//! unit tests (kind `agent`) kill their mutants. The files of [`KERNEL_ONLY`] only the kernel module compiles: their mutants
 //! are allowed, each with the check of `make test`'s guests that catches it (or, where none
 //! does, what would), and are applied to the source only to keep their text current.
 
@@ -29,6 +30,12 @@ pub const TRAP: &str = "kernel/trap.rs";
 pub const PATCHER: &str = "kernel/patcher.rs";
 /// The registry of sites (kernel-only).
 pub const SITES: &str = "kernel/sites.rs";
+
+/// The fault-injection cases of the guest agent: how a kernel transition's text is compared with
+/// the stock path's, and when a case's failure path counts as run (harness).
+pub const AGENT_FAULTS: &str = "tools/agent/src/scenarios/faults.rs";
+/// The kernel's own suites in the guest: ftracetest's results, keyed by case file (harness).
+pub const AGENT_KSELFTEST: &str = "tools/agent/src/scenarios/kselftest.rs";
 
 /// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
 /// host test can run them, so their mutants are never built here.
@@ -1035,6 +1042,50 @@ pub const MUTANTS: &[Mutant] = &[
              register_kprobed_site (KTAP outsider_register_*) want ETXTBSY",
         ),
     },
+    Mutant {
+        name: "faults-call-one-byte-back",
+        file: AGENT_FAULTS,
+        what: "changed_ranges: a call found only right before the first changed byte",
+        edits: &[(
+            "let call = (i.saturating_sub(4)..i)",
+            "let call = (i.saturating_sub(1)..i)",
+        )],
+        killers: &[
+            "agent:scenarios::faults::tests::a_call_whose_target_changed_is_one_range_from_its_opcode",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "faults-enomem-not-required",
+        file: AGENT_FAULTS,
+        what: "no_enomem: a case whose runs all survived counts as having run its failure path",
+        edits: &[(
+            "(self.outcomes.get(\"ENOMEM\").copied().unwrap_or(0) == 0)",
+            "(self.outcomes.get(\"ENOMEM\").copied().unwrap_or(0) == usize::MAX)",
+        )],
+        killers: &["agent:scenarios::faults::tests::a_failure_path_is_judged_only_if_a_run_failed"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "kselftest-keyed-by-description",
+        file: AGENT_KSELFTEST,
+        what: "key_by_file: results keyed by their description, which two files share",
+        edits: &[("        out.push((key, outcome));", "        out.push((name, outcome));")],
+        killers: &["agent:scenarios::kselftest::tests::ftracetest_results_are_keyed_by_file"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "kselftest-description-unchecked",
+        file: AGENT_KSELFTEST,
+        what: "key_by_file: a result taken for the next file whatever its description",
+        edits: &[("        if name != description {", "        if false && name != description {")],
+        killers: &["agent:scenarios::kselftest::tests::ftracetest_results_are_keyed_by_file"],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -1160,12 +1211,25 @@ mod tests {
     fn the_files_are_listed_once_each_in_order() {
         assert_eq!(
             files(MUTANTS),
-            [PENDING, X86_INSN, ARM64_INSN, PLAN, RECORD, BATCH, TRAP, PATCHER, SITES]
+            [
+                PENDING,
+                X86_INSN,
+                ARM64_INSN,
+                PLAN,
+                RECORD,
+                BATCH,
+                TRAP,
+                PATCHER,
+                SITES,
+                AGENT_FAULTS,
+                AGENT_KSELFTEST
+            ]
         );
     }
 
-    /// The kernel-only files are exactly the mutated files `textpoke-core` does not include
-    /// (tools/core/src/lib.rs), and their mutants are allowed, naming no host killer.
+    /// The kernel-only files are exactly the mutated files neither `textpoke-core` includes
+    /// (tools/core/src/lib.rs) nor the harness holds, and their mutants are allowed, naming no
+    /// host killer.
     #[test]
     fn kernel_only_files_are_those_the_host_crate_lacks() {
         let lib = source("tools/core/src/lib.rs");
@@ -1177,8 +1241,8 @@ mod tests {
         for file in files(MUTANTS) {
             assert_eq!(
                 kernel_only(file),
-                !host.iter().any(|f| f == file),
-                "{file}: kernel-only, or included by textpoke-core"
+                !host.iter().any(|f| f == file) && ![AGENT_FAULTS, AGENT_KSELFTEST].contains(&file),
+                "{file}: kernel-only, or included by textpoke-core, or the harness's"
             );
         }
         for m in MUTANTS.iter().filter(|m| kernel_only(m.file)) {
