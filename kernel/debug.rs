@@ -15,7 +15,7 @@ use crate::plan::Protocol;
 use kernel::static_assert;
 
 /// What each seeded defect of the table (`kernel/defects.rs`) does here.
-const BEHAVIOUR: [(SeededDefect, Defect); 15] = [
+const BEHAVIOUR: [(SeededDefect, Defect); 16] = [
     (
         defects::RECORD_BEFORE_GUARD_SYNC,
         Defect::Plan(Protocol::RecordBeforeGuardSync),
@@ -46,6 +46,7 @@ const BEHAVIOUR: [(SeededDefect, Defect); 15] = [
     ),
     (defects::IGNORE_CONFLICTS, Defect::IgnoreConflicts),
     (defects::HAND_BACK_WHEN_FULL, Defect::HandBackWhenFull),
+    (defects::NEW_TEXT_UNDESCRIBED, Defect::NewTextUndescribed),
 ];
 // Every defect of the table has its behaviour here, once.
 static_assert!(BEHAVIOUR.len() == defects::ALL.len());
@@ -85,6 +86,8 @@ pub(crate) enum Defect {
     /// A kernel change that finds the queue unable to grow is handed back to the kernel's
     /// stock path, instead of what the queue holds being committed first.
     HandBackWhenFull,
+    /// A module's text that appears while a tracer listens is not described (`new_text.rs`).
+    NewTextUndescribed,
 }
 
 impl Defect {

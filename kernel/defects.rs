@@ -100,6 +100,9 @@ defects! {
     HAND_BACK_WHEN_FULL = 15 "hand_back_when_full" Guest
         "control_kernel_queue_full_hand_back_caught"
         "a kernel change that finds the queue unable to grow is handed back to the stock path";
+    NEW_TEXT_UNDESCRIBED = 16 "new_text_undescribed" Guest
+        "control_new_text_undescribed_caught"
+        "a module that loads while a tracer listens is not described: no register, no bytes";
 }
 
 /// The defect selected by `mode`, if any.

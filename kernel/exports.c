@@ -12,6 +12,7 @@
 #include <linux/moduleparam.h>
 #include <linux/security.h>
 #include <linux/stddef.h>
+#include <uapi/linux/perf_event.h>
 
 #include "textpoke.h"
 
@@ -38,6 +39,9 @@ static_assert(offsetof(struct textpoke_batch_stats, records) == 20);
 static_assert(TEXTPOKE_NOP == 0 && TEXTPOKE_JMP == 1 && TEXTPOKE_CALL == 2 &&
 	      TEXTPOKE_RET == 3 && TEXTPOKE_MOV_X9_X30 == 4);
 static_assert(TEXTPOKE_MAX_BATCH == 4096);
+
+/* rust/patch_series.rs mirrors the record type kernel/new_text.rs describes module text with. */
+static_assert(PERF_RECORD_KSYMBOL_TYPE_OOL == 2);
 
 /*
  * rust/series.rs mirrors struct text_patcher_ops (patch 0008) and asserts the same numbers.

@@ -2,12 +2,14 @@
 
 //! The engine's own log of the records it emitted, in `PERF_RECORD_TEXT_POKE` wire format.
 //!
-//! Every time the engine calls `perf_event_text_poke()` it appends the same record to this log,
+//! Every time a batch calls `perf_event_text_poke()` it appends the same record to this log,
 //! built with the same codec (`record.rs`) a consumer parses perf's ring buffer with, with
 //! `sample_id` fields `TID`, `TIME` (`local_clock()` just after the call returned: an upper
 //! bound for perf's own timestamp), `CPU` and `IDENTIFIER`, which here carries the engine's
 //! sequence number so a reader can tell whether it missed any. The guest verifier compares
-//! perf's stream with this one record by record, and reads it from debugfs.
+//! perf's stream with this one record by record, and reads it from debugfs. The records that
+//! describe a module's text (`new_text.rs`) carry up to a page of bytes each and are counted in
+//! the stats (`new_text.*`) instead.
 
 use crate::record::{
     self, SampleId, SampleIdLayout, PERF_RECORD_MISC_KERNEL, PERF_SAMPLE_CPU,

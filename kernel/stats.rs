@@ -180,6 +180,19 @@ pub(crate) struct Stats {
     /// Changes the kernel handed over that are queued, not yet committed (`patcher.rs`): while
     /// there are any, the kernel is in the middle of an update and pins textpoke.
     pub(crate) queued: AtomicU64,
+    /// Modules' texts described to tracers (`new_text.rs`).
+    pub(crate) new_text: NewText,
+}
+
+/// What `new_text.rs` told tracers.
+#[derive(Default)]
+pub(crate) struct NewText {
+    /// Texts registered (`PERF_RECORD_KSYMBOL`), each followed by its bytes.
+    pub(crate) registered: AtomicU64,
+    /// Texts unregistered.
+    pub(crate) unregistered: AtomicU64,
+    /// `PERF_RECORD_TEXT_POKE` records carrying registered texts' bytes.
+    pub(crate) records: AtomicU64,
 }
 
 impl Stats {
@@ -203,6 +216,7 @@ impl Stats {
             kernel: BatchTotals::default(),
             declined: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            new_text: NewText::default(),
         })
     }
 
@@ -268,6 +282,13 @@ impl Stats {
             self.declined.load(Ordering::Relaxed)
         )?;
         writeln!(out, "kernel.queued {}", self.queued.load(Ordering::Relaxed))?;
+        for (name, v) in [
+            ("registered", &self.new_text.registered),
+            ("unregistered", &self.new_text.unregistered),
+            ("records", &self.new_text.records),
+        ] {
+            writeln!(out, "new_text.{name} {}", v.load(Ordering::Relaxed))?;
+        }
         writeln!(out, "kernel.traps {}", self.sum(|c| Some(&c.kernel)))?;
         for (kind, name) in <CurrentArch as Arch>::KIND_NAMES.iter().enumerate() {
             writeln!(out, "traps.{name} {}", self.sum(|c| c.by_kind.get(kind)))?;

@@ -62,6 +62,7 @@ mod engine;
 mod entry;
 mod errno;
 mod kernel_queue;
+mod new_text;
 mod patcher;
 mod poke_log;
 mod replaced;
@@ -82,9 +83,14 @@ struct TextPoke {
     _engine: engine::Published,
 }
 
-/// A module is going away: forget the sites it left registered, so that none outlives it.
-fn module_going(module: module_text::Module) {
+/// A module changed state: describe its text to tracers (`new_text.rs`) and, when it is going
+/// away, forget the sites it left registered, so that none outlives it.
+fn module_changed(module: module_text::Module, state: module_notifier::ModuleState) {
     engine::with(|engine| {
+        new_text::module_changed(engine, module, state);
+        if state != module_notifier::ModuleState::Going {
+            return;
+        }
         let forgotten = engine.sites.lock().forget_module(module);
         if forgotten > 0 {
             pr_warn!("a departing module left {forgotten} sites registered; they are forgotten\n");
@@ -97,7 +103,8 @@ impl kernel::Module for TextPoke {
         let exports = engine::Exports::resolve()?;
         let engine = engine::Engine::new(exports, module_text::Module::of(module))?;
         let engine = engine::Published::new(KBox::pin_init(engine, GFP_KERNEL)?);
-        let modules = module_notifier::ModuleNotifier::register(module_going)?;
+        let modules =
+            module_notifier::ModuleNotifier::register(module_changed, new_text::PRIORITY)?;
         // The hook goes in after the engine is published and before any guard can exist.
         let hook = engine
             .engine()

@@ -50,6 +50,24 @@ impl Module {
         (start, start.saturating_add(u64::from(mem.size)))
     }
 
+    /// The address range `[start, end)` of the module's init text: empty once the module is
+    /// live (the loader frees it and zeroes its size after the `MODULE_STATE_LIVE` notifiers).
+    pub(crate) fn init_text(&self) -> (u64, u64) {
+        // SAFETY: As in `text`; the loader changes `mem[MOD_INIT_TEXT]` only from the task that
+        // loads the module, after the notifiers, and the callers are those notifiers.
+        let mem = unsafe { &(*self.ptr).mem[bindings::mod_mem_type_MOD_INIT_TEXT as usize] };
+        let start = mem.base as usize as u64;
+        (start, start.saturating_add(u64::from(mem.size)))
+    }
+
+    /// The module's name.
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: `ptr` is a live module (type invariant), whose `name` is set before the module
+        // is listed anywhere and never changed; the loader NUL-terminates it (`strscpy`), and
+        // the array lives as long as the module, which outlives `self`'s use.
+        unsafe { CStr::from_char_ptr((*self.ptr).name.as_ptr()) }
+    }
+
     /// Whether `[addr, addr + len)` lies inside the module's core text.
     pub(crate) fn text_contains(&self, addr: u64, len: u64) -> bool {
         let (start, end) = self.text();

@@ -15,6 +15,13 @@ use kernel::{ffi::c_void, prelude::*, str::CStr};
 /// `perf_event_text_poke(addr, old, old_len, new, new_len)` (include/linux/perf_event.h).
 pub(crate) type PerfEventTextPoke =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, *const c_void, usize);
+/// `perf_event_ksymbol(type, addr, len, unregister, name)` (include/linux/perf_event.h, exported
+/// by patch 0001).
+pub(crate) type PerfEventKsymbol =
+    unsafe extern "C" fn(u16, u64, u32, bool, *const kernel::ffi::c_char);
+/// `PERF_RECORD_KSYMBOL_TYPE_OOL` (include/uapi/linux/perf_event.h), which the bindings lack;
+/// kernel/exports.c asserts the same number.
+const PERF_RECORD_KSYMBOL_TYPE_OOL: u16 = 2;
 /// `perf_text_poke_listening()` (include/linux/perf_event.h, patch 0011).
 type PerfTextPokeListening = unsafe extern "C" fn() -> bool;
 /// `text_mutex_lock()` / `text_mutex_unlock()` / `text_mutex_assert_held()`
@@ -139,6 +146,7 @@ pub(crate) use resolve;
 pub(crate) struct Generic {
     /// `perf_event_text_poke()`.
     pub(crate) perf_event_text_poke: PerfEventTextPoke,
+    perf_event_ksymbol: PerfEventKsymbol,
     perf_text_poke_listening: PerfTextPokeListening,
     /// `stop_machine_cpuslocked()`: runs a function on every online CPU with all of them
     /// stopped, for a caller that already holds the CPU-hotplug read lock.
@@ -160,6 +168,7 @@ impl Generic {
     /// Resolves the generic exports; `None` if any is missing (recorded in `r`).
     pub(crate) fn resolve(r: &mut SymbolResolver) -> Option<Self> {
         let perf_event_text_poke = resolve!(r, "perf_event_text_poke", PerfEventTextPoke);
+        let perf_event_ksymbol = resolve!(r, "perf_event_ksymbol", PerfEventKsymbol);
         let perf_text_poke_listening =
             resolve!(r, "perf_text_poke_listening", PerfTextPokeListening);
         let stop_machine_cpuslocked = resolve!(r, "stop_machine_cpuslocked", StopMachineCpuslocked);
@@ -177,6 +186,7 @@ impl Generic {
         let unregister_patcher = resolve!(r, "unregister_text_patcher", UnregisterPatcher);
         Some(Self {
             perf_event_text_poke: perf_event_text_poke?,
+            perf_event_ksymbol: perf_event_ksymbol?,
             perf_text_poke_listening: perf_text_poke_listening?,
             stop_machine_cpuslocked: stop_machine_cpuslocked?,
             text_reserved_by_patchers: text_reserved_by_patchers?,
@@ -237,6 +247,31 @@ impl Generic {
         // SAFETY: The caller holds `text_mutex`, which the function asserts; it only reads a
         // counter.
         unsafe { (self.perf_text_poke_listening)() }
+    }
+
+    /// Emits a `PERF_RECORD_KSYMBOL` of type `OOL` for `[addr, addr + len)` named `name`: a
+    /// register (perf maps the range and fills it from the text-poke records that follow), or
+    /// with `unregister` its removal. Under `text_mutex`, so it is ordered with every text
+    /// change and with a listener's start (see [`Generic::listening`]).
+    pub(crate) fn ksymbol(
+        &self,
+        _held: &HoldsText,
+        addr: u64,
+        len: u32,
+        unregister: bool,
+        name: &CStr,
+    ) {
+        // SAFETY: `name` is NUL-terminated and only read during the call (the function copies
+        // it); process context. The type is valid, so the function has no failure to report.
+        unsafe {
+            (self.perf_event_ksymbol)(
+                PERF_RECORD_KSYMBOL_TYPE_OOL,
+                addr,
+                len,
+                unregister,
+                name.as_char_ptr(),
+            )
+        };
     }
 
     /// Takes `text_mutex`, serializing with every in-kernel text poker until the guard drops.

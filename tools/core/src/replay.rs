@@ -282,6 +282,74 @@ fn parse_lost(
     })
 }
 
+/// The `type` of a `PERF_RECORD_KSYMBOL` record, which registers or unregisters a range of
+/// kernel text.
+pub const PERF_RECORD_KSYMBOL: u32 = 17;
+
+/// `PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER`.
+pub const KSYMBOL_FLAGS_UNREGISTER: u16 = 1;
+
+/// The fixed part of a ksymbol record's body: `u64 addr; u32 len; u16 ksym_type; u16 flags;`.
+const KSYMBOL_FIXED: usize = 16;
+
+/// A parsed `PERF_RECORD_KSYMBOL` record, borrowing its name from the input.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Ksymbol<'a> {
+    /// The first address of the range.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u32,
+    /// `PERF_RECORD_KSYMBOL_TYPE_*` (2 is `OOL`: text perf has no copy of).
+    pub ksym_type: u16,
+    /// `PERF_RECORD_KSYMBOL_FLAGS_*`.
+    pub flags: u16,
+    /// The name, without its NUL and padding.
+    pub name: &'a [u8],
+    /// The `sample_id` trailer.
+    pub sample: SampleId,
+}
+
+impl Ksymbol<'_> {
+    /// Whether it removes the range rather than registering it.
+    pub const fn unregister(&self) -> bool {
+        self.flags & KSYMBOL_FLAGS_UNREGISTER != 0
+    }
+}
+
+/// Parses the body of a [`Record::Other`] of type [`PERF_RECORD_KSYMBOL`]: the fixed fields,
+/// a NUL-terminated name padded to 8 bytes, and the trailer of `layout`.
+pub fn parse_ksymbol(body: &[u8], layout: SampleIdLayout) -> Result<Ksymbol<'_>, ParseError> {
+    let names = body
+        .len()
+        .checked_sub(layout.size())
+        .and_then(|n| n.checked_sub(KSYMBOL_FIXED))
+        .ok_or(ParseError::BadSize)?;
+    let mut r = Reader { buf: body };
+    let (Some(addr), Some(len), Some(ksym_type), Some(flags)) =
+        (r.u64(), r.u32(), r.u16(), r.u16())
+    else {
+        return Err(ParseError::BadSize);
+    };
+    let padded = r.bytes(names).ok_or(ParseError::BadSize)?;
+    // The kernel pads the name with NULs to a multiple of 8, at least one.
+    let end = padded
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or(ParseError::BadPadding)?;
+    if padded.len() % 8 != 0 || padded.iter().skip(end).any(|&b| b != 0) {
+        return Err(ParseError::BadPadding);
+    }
+    let sample = SampleId::read(&mut r, layout).ok_or(ParseError::BadSize)?;
+    Ok(Ksymbol {
+        addr,
+        len,
+        ksym_type,
+        flags,
+        name: padded.get(..end).unwrap_or(&[]),
+        sample,
+    })
+}
+
 /// The size of the lost record the kernel emits, trailer included.
 pub const fn lost_size(layout: SampleIdLayout) -> usize {
     // At most 8 + 16 + 48 bytes, so the sum cannot overflow.

@@ -946,3 +946,56 @@ fn check_canonical(
     prop_assert_eq!(&out[..], bytes);
     Ok(())
 }
+
+/// A ksymbol record as `perf_event_ksymbol_output()` writes it for an `OOL` unregister of
+/// `[textpoke_keys]` at 0xffffffffc0000000, 0x2000 bytes, with the golden x86 trailer: the
+/// header, `addr`, `len`, `ksym_type`, `flags`, the name NUL-padded to 16 bytes, the trailer.
+const KSYMBOL_GOLDEN: [u8; 72] = [
+    17, 0, 0, 0, 0, 0, 72, 0, // type 17, misc 0, size 72
+    0x00, 0x00, 0x00, 0xc0, 0xff, 0xff, 0xff, 0xff, // addr
+    0x00, 0x20, 0x00, 0x00, 2, 0, 1, 0, // len, ksym_type OOL, flags UNREGISTER
+    b'[', b't', b'e', b'x', b't', b'p', b'o', b'k', b'e', b'_', b'k', b'e', b'y', b's', b']', 0,
+    0xd2, 0x04, 0, 0, 0xd3, 0x04, 0, 0, // pid 1234, tid 1235
+    0xab, 0x89, 0x67, 0x45, 0x23, 0x01, 0, 0, // time
+    1, 0, 0, 0, 0, 0, 0, 0, // cpu 1, res
+    0x2a, 0, 0, 0, 0, 0, 0, 0, // identifier
+];
+
+#[test]
+fn golden_ksymbol() {
+    let layout = SampleIdLayout::new(X86_SAMPLE_TYPE);
+    let Ok((
+        Record::Other {
+            record_type, body, ..
+        },
+        72,
+    )) = parse_record(&KSYMBOL_GOLDEN, layout)
+    else {
+        panic!("not one record of 72 bytes");
+    };
+    assert_eq!(record_type, PERF_RECORD_KSYMBOL);
+    let k = parse_ksymbol(body, layout).expect("parses");
+    assert_eq!(
+        (k.addr, k.len, k.ksym_type, k.unregister(), k.name),
+        (
+            0xffff_ffff_c000_0000,
+            0x2000,
+            2,
+            true,
+            b"[textpoke_keys]".as_slice()
+        )
+    );
+    assert_eq!(k.sample, x86_sample());
+    // Another layout leaves the name without its NUL, or the fixed fields without room.
+    assert!(parse_ksymbol(body, SampleIdLayout::new(ALL_SAMPLE_TYPE)).is_err());
+    // A name padded with anything but NULs is refused.
+    let mut bad = body.to_vec();
+    bad[31] = b'x';
+    assert_eq!(parse_ksymbol(&bad, layout), Err(ParseError::BadPadding));
+    for n in 0..body.len() {
+        assert!(
+            parse_ksymbol(&body[..n], layout).is_err(),
+            "{n} bytes parse"
+        );
+    }
+}
