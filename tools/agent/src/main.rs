@@ -44,8 +44,8 @@ mod scenarios;
 
 use scenarios::scenario::{self, region, Evidence, SCENARIOS};
 use scenarios::{
-    badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, observed, outsider,
-    plan, stock_recorder, stress, writers,
+    badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, new_text, observed,
+    outsider, plan, stock_recorder, stress, writers,
 };
 
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
@@ -75,6 +75,10 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
                 ),
                 Case::fail(
                     "real_perf_sees_kernel_ftrace_pokes",
+                    format!("no perf in this guest: {e}"),
+                ),
+                Case::fail(
+                    "real_perf_maps_new_module",
                     format!("no perf in this guest: {e}"),
                 ),
             ]
@@ -160,6 +164,8 @@ fn real_perf_cases(spec: &str, sites: &[Site], kcore: &Kcore) -> Vec<Case> {
         )))
     })();
     out.push(control.unwrap_or_else(|e| Case::fail("real_perf_sees_kernel_ftrace_pokes", e)));
+    log("real perf: recording a module loaded mid-trace");
+    out.push(new_text::real_perf_case(&perf));
     log("real perf: done");
     out
 }
@@ -252,6 +258,7 @@ fn test_suite(ktap: &mut Ktap) {
             }
             if runs("other_writers") {
                 cases.push(timed("other_writers", || writers::cases(&kcore)));
+                cases.push(timed("new_text", || new_text::cases(&kcore)));
             }
             if runs("cpu_hotplug") {
                 cases.push(timed("cpu_hotplug", || hotplug::cases(&sites, &kcore)));
@@ -551,6 +558,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
+        };
+    }
+    if args.get(1).map(String::as_str) == Some(new_text::CYCLE_SUBCOMMAND) {
+        // perf's workload: a module loaded, run and unloaded (scenarios/new_text.rs).
+        return match new_text::cycle() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
         };
     }
     if args.get(1).map(String::as_str) == Some(RUN_SUBCOMMAND) {

@@ -378,22 +378,24 @@ printf '[    1.000000] KTAP version 1\r\n[    1.000001] 1..2\r\n'
 printf '[    1.000002]     KTAP version 1\r\n[    1.000003]     # Subtest: textpoke_selftest\r\n'
 printf '[    1.000004]     1..1\r\n[    1.000005]     ok 1 a\r\n[    1.000006] ok 1 textpoke_selftest\r\n'
 printf '[    1.000007]     KTAP version 1\r\n[    1.000008]     # Subtest: textpoke_agent\r\n'
-printf '[    1.000009]     1..14\r\n'
+printf '[    1.000009]     1..16\r\n'
 printf '[    1.000010]     ok 1 scenario_one_poker\r\n'
 printf '[    1.000011]     ok 2 scenario_concurrent_pokers\r\n'
 printf '[    1.000012]     ok 3 scenario_observed\r\n'
 printf '[    1.000013]     ok 4 real_perf_records_match_text\r\n'
 printf '[    1.000014]     ok 5 real_perf_sees_kernel_ftrace_pokes\r\n'
-printf '[    1.000015]     ok 6 bad_input\r\n'
-printf '[    1.000016]     ok 7 outsider\r\n'
-printf '[    1.000017]     ok 8 kernel_suites\r\n'
-printf '[    1.000018]     ok 9 kernel_patching\r\n'
-printf '[    1.000019]     ok 10 other_writers\r\n'
-printf '[    1.000020]     ok 11 cpu_hotplug\r\n'
-printf '[    1.000021]     ok 12 listener\r\n'
-printf '[    1.000022]     ok 13 stock_recorder\r\n'
-printf '[    1.000023]     ok 14 negative_controls\r\n'
-printf '[    1.000024] ok 2 textpoke_agent\r\n'
+printf '[    1.000015]     ok 6 real_perf_maps_new_module\r\n'
+printf '[    1.000016]     ok 7 bad_input\r\n'
+printf '[    1.000017]     ok 8 outsider\r\n'
+printf '[    1.000018]     ok 9 kernel_suites\r\n'
+printf '[    1.000019]     ok 10 kernel_patching\r\n'
+printf '[    1.000020]     ok 11 other_writers\r\n'
+printf '[    1.000021]     ok 12 new_text\r\n'
+printf '[    1.000022]     ok 13 cpu_hotplug\r\n'
+printf '[    1.000023]     ok 14 listener\r\n'
+printf '[    1.000024]     ok 15 stock_recorder\r\n'
+printf '[    1.000025]     ok 16 negative_controls\r\n'
+printf '[    1.000026] ok 2 textpoke_agent\r\n'
 "#;
 
 #[test]
@@ -481,12 +483,12 @@ fn plan_suite_and_a_guest_that_was_never_built() {
         want.push(format!("  {c}: {host}"));
     }
     assert_eq!(missing, want, "{stdout}");
-    // 14 tests in each of the 2 x86_64 guest boots (the self-test's and the 13 cases of the
+    // 17 tests in each of the 2 x86_64 guest boots (the self-test's and the 16 cases of the
     // groups); the harness boots came out as pass, not as the failures they must be (5
     // failed); the 3 arm64 boots and the x86_64 mitigations boot never ran, and neither did the
     // kunit.py cross-checks, since no kunit.py was given (6 failed); and the 12 host checks
     // never reported.
-    assert_count(&stdout, "30 passed, 24 failed");
+    assert_count(&stdout, "34 passed, 24 failed");
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //!
 //! [`Recorder::open`] opens one event per CPU with `perf_event_open(attr, pid = -1, cpu,
 //! group = -1, PERF_FLAG_FD_CLOEXEC)`, where `attr` is a software dummy event (it counts nothing
-//! and samples nothing) with `text_poke = 1`, `sample_id_all = 1` and
+//! and samples nothing) with `text_poke = 1`, `ksymbol = 1` (perf's tracking event asks for both:
+//! a ksymbol register tells where text the copy lacks begins, and text pokes fill it),
+//! `sample_id_all = 1` and
 //! `sample_type = TID | TIME | CPU | IDENTIFIER`. Each event gets a ring buffer of one metadata
 //! page plus a power of two of data pages, mapped `PROT_READ | PROT_WRITE` so that the kernel
 //! never overwrites unread records (it drops them and later writes a `PERF_RECORD_LOST` record
@@ -32,7 +34,7 @@ use textpoke_core::record::{
     SampleId, SampleIdLayout, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_TID,
     PERF_SAMPLE_TIME,
 };
-use textpoke_core::replay::{Record, Records, TextPoke};
+use textpoke_core::replay::{parse_ksymbol, Record, Records, TextPoke, PERF_RECORD_KSYMBOL};
 
 /// `PERF_TYPE_SOFTWARE`.
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -63,6 +65,8 @@ pub mod attr_flags {
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
     /// `use_clockid`: timestamps from `clockid` instead of perf's clock.
     pub const USE_CLOCKID: u64 = 1 << 25;
+    /// `ksymbol`: include `PERF_RECORD_KSYMBOL` records.
+    pub const KSYMBOL: u64 = 1 << 29;
     /// `text_poke`: include `PERF_RECORD_TEXT_POKE` records.
     pub const TEXT_POKE: u64 = 1 << 33;
 }
@@ -162,15 +166,18 @@ impl PerfEventAttr {
         self
     }
 
-    /// The recorder's event: a disabled software dummy event with `text_poke`, `sample_id_all`
-    /// and [`SAMPLE_TYPE`], timestamped by the perf clock.
+    /// The recorder's event: a disabled software dummy event with `text_poke`, `ksymbol`,
+    /// `sample_id_all` and [`SAMPLE_TYPE`], timestamped by the perf clock.
     pub fn text_poke() -> Self {
         Self {
             type_: PERF_TYPE_SOFTWARE,
             size: PERF_ATTR_SIZE_VER8,
             config: PERF_COUNT_SW_DUMMY,
             sample_type: SAMPLE_TYPE,
-            flags: attr_flags::DISABLED | attr_flags::SAMPLE_ID_ALL | attr_flags::TEXT_POKE,
+            flags: attr_flags::DISABLED
+                | attr_flags::SAMPLE_ID_ALL
+                | attr_flags::TEXT_POKE
+                | attr_flags::KSYMBOL,
             ..Self::default()
         }
     }
@@ -420,11 +427,30 @@ impl TextPokeRec {
     }
 }
 
+/// One `PERF_RECORD_KSYMBOL` record, owned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KsymbolRec {
+    /// The first address of the range.
+    pub addr: u64,
+    /// Its length.
+    pub len: u32,
+    /// `PERF_RECORD_KSYMBOL_TYPE_*`.
+    pub ksym_type: u16,
+    /// Whether it removes the range.
+    pub unregister: bool,
+    /// Its name.
+    pub name: String,
+    /// The perf clock's timestamp, in nanoseconds.
+    pub time: u64,
+}
+
 /// What [`Recorder::drain`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Drain {
     /// The text pokes, sorted by time (stably, so each buffer's order is kept on ties).
     pub pokes: Vec<TextPokeRec>,
+    /// The ksymbol records, in stream order per buffer (sort by time to merge them).
+    pub ksymbols: Vec<KsymbolRec>,
     /// `PERF_RECORD_LOST` records seen.
     pub lost_records: u64,
     /// Records the kernel dropped, summed over the lost records.
@@ -447,6 +473,7 @@ impl Drain {
     /// them by time (stably) once the last is absorbed.
     pub fn absorb(&mut self, later: Drain) {
         self.pokes.extend(later.pokes);
+        self.ksymbols.extend(later.ksymbols);
         self.lost_records += later.lost_records;
         self.lost_events += later.lost_events;
         self.other_records += later.other_records;
@@ -490,6 +517,23 @@ impl Drain {
                     self.lost_records += 1;
                     self.lost_events += lost;
                 }
+                Ok(Record::Other {
+                    record_type: PERF_RECORD_KSYMBOL,
+                    body,
+                    ..
+                }) => match parse_ksymbol(body, layout) {
+                    Ok(k) => self.ksymbols.push(KsymbolRec {
+                        addr: k.addr,
+                        len: k.len,
+                        ksym_type: k.ksym_type,
+                        unregister: k.unregister(),
+                        name: String::from_utf8_lossy(k.name).into_owned(),
+                        time: k.sample.time.unwrap_or(0),
+                    }),
+                    Err(e) => self
+                        .errors
+                        .push(format!("cpu {cpu}: ksymbol record: {}", e.as_str())),
+                },
                 Ok(Record::Other { .. }) => self.other_records += 1,
                 Err(e) => self.errors.push(format!(
                     "cpu {cpu}: {} at byte {} of {}, rest dropped",
@@ -503,8 +547,9 @@ impl Drain {
 }
 
 /// The free space below which a drained buffer counts as full ([`Drain::full_buffers`]): more
-/// than the largest text-poke record the kernel emits in practice.
-pub const FULL_MARGIN: usize = 1024;
+/// than the largest text-poke record the kernel emits in practice (textpoke describes a new
+/// module's text in records of a page of bytes).
+pub const FULL_MARGIN: usize = 8192;
 
 /// How to open a [`Recorder`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -760,6 +805,7 @@ impl Recorder {
             drain.add_ring(buf.mapped.ring(), self.layout, buf.cpu, &mut self.scratch);
         }
         drain.pokes.sort_by_key(|p| p.time);
+        drain.ksymbols.sort_by_key(|k| k.time);
         drain
     }
 
@@ -780,6 +826,7 @@ mod tests {
             (attr_flags::DISABLED, 0),
             (attr_flags::SAMPLE_ID_ALL, 18),
             (attr_flags::USE_CLOCKID, 25),
+            (attr_flags::KSYMBOL, 29),
             (attr_flags::TEXT_POKE, 33),
         ];
         for &(flag, bit) in expected {
@@ -798,7 +845,7 @@ mod tests {
         assert_eq!(&bytes[24..32], &0x10086u64.to_le_bytes()); // TID|TIME|CPU|IDENTIFIER
         assert_eq!(
             &bytes[40..48],
-            &((1u64 << 33) | (1 << 18) | 1).to_le_bytes()
+            &((1u64 << 33) | (1 << 29) | (1 << 18) | 1).to_le_bytes()
         );
         assert!(bytes[48..].iter().all(|&b| b == 0));
     }
@@ -998,18 +1045,19 @@ mod tests {
     #[test]
     fn a_full_buffer_is_flagged() {
         let layout = SampleIdLayout::new(SAMPLE_TYPE);
-        let mut fake = FakeRing::new(4096);
+        let mut fake = FakeRing::new(16384);
         let ring = fake.ring();
         let r = poke_record(0x1000, &[1; 5], &[2; 5], 1);
-        // 63 records leave 64 bytes free: less than FULL_MARGIN.
-        for _ in 0..63 {
+        assert_eq!(r.len(), 64);
+        // 255 records leave 64 bytes free: less than FULL_MARGIN.
+        for _ in 0..255 {
             fake.push(&r);
         }
         fake.publish();
         let mut d = Drain::default();
         let mut scratch = Vec::new();
         d.add_ring(&ring, layout, 0, &mut scratch);
-        assert_eq!((d.pokes.len(), d.full_buffers), (63, 1));
+        assert_eq!((d.pokes.len(), d.full_buffers), (255, 1));
         assert!(!d.is_clean());
         // A few records later the buffer is far from full.
         for _ in 0..3 {

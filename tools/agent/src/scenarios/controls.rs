@@ -1033,6 +1033,27 @@ fn queue_full_control(kcore: &Kcore) -> Case {
     }
 }
 
+/// A module loaded while a tracer listens, under the seeded defect that describes no module's
+/// text: the decoder of new_text.rs must find no map of it once it loaded.
+fn new_text_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::NEW_TEXT_UNDESCRIBED.caught_by;
+    const WANT: &str = "0 maps named";
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defects::NEW_TEXT_UNDESCRIBED.mode, |_| {
+            Ok(crate::scenarios::new_text::loaded_once(kcore))
+        })?;
+        match outcome {
+            Err(e) if e.contains(WANT) => Ok(format!("caught: {e}")),
+            Err(e) => Err(format!("loaded failed, but not with \"{WANT}\": {e}")),
+            Ok(line) => Err(format!("not caught: {line}")),
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// The load of the write-failure matrix: one batch of four sites, flipped once.
 const FAULT_SPEC: &str = "keys=1 sites=4 ftrace=0 flips=1 pokers=1";
 
@@ -1147,6 +1168,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         children.push(conflicts_ignored_control(kcore));
         children.push(queue_full_case(kcore));
         children.push(queue_full_control(kcore));
+        children.push(new_text_control(kcore));
     }
     // Every site again, for whatever runs after the controls.
     children.push(match reload("textpoke", "") {

@@ -37,6 +37,7 @@ pub const GROUPS: &[Group] = &[
         cases: &[
             "real_perf_records_match_text",
             "real_perf_sees_kernel_ftrace_pokes",
+            "real_perf_maps_new_module",
         ],
     },
     Group {
@@ -57,7 +58,7 @@ pub const GROUPS: &[Group] = &[
     },
     Group {
         name: "other_writers",
-        cases: &["other_writers"],
+        cases: &["other_writers", "new_text"],
     },
     Group {
         name: "cpu_hotplug",

@@ -23,6 +23,8 @@ pub enum Planned {
     RealPerfRecordsMatchText,
     /// Debian's perf around the kernel's own ftrace patching.
     RealPerfSeesKernelFtracePokes,
+    /// Debian's perf around a module loaded mid-trace (scenarios/new_text.rs).
+    RealPerfMapsNewModule,
     /// scenarios/badinput.rs.
     BadInput,
     /// scenarios/outsider.rs.
@@ -37,6 +39,8 @@ pub enum Planned {
     KernelPatching,
     /// scenarios/writers.rs.
     OtherWriters,
+    /// scenarios/new_text.rs.
+    NewText,
     /// stock_recorder::cases.
     StockRecorder,
     /// scenarios/controls.rs, in a boot that runs them.
@@ -66,6 +70,7 @@ impl Planned {
             Self::ScenarioObserved => "scenario_observed",
             Self::RealPerfRecordsMatchText => "real_perf_records_match_text",
             Self::RealPerfSeesKernelFtracePokes => "real_perf_sees_kernel_ftrace_pokes",
+            Self::RealPerfMapsNewModule => "real_perf_maps_new_module",
             Self::BadInput => "bad_input",
             Self::Outsider => "outsider",
             Self::KernelSuites => "kernel_suites",
@@ -73,6 +78,7 @@ impl Planned {
             Self::Listener => "listener",
             Self::KernelPatching => "kernel_patching",
             Self::OtherWriters => "other_writers",
+            Self::NewText => "new_text",
             Self::StockRecorder => "stock_recorder",
             Self::NegativeControls => "negative_controls",
             Self::UnloadRefusedMidUpdate => "unload_refused_mid_update",
@@ -86,17 +92,19 @@ impl Planned {
 
 impl Planned {
     /// The cases a group may add, each once, in document order.
-    const IN_GROUPS: [Self; 14] = [
+    const IN_GROUPS: [Self; 16] = [
         Self::Scenario(0),
         Self::Scenario(1),
         Self::ScenarioObserved,
         Self::RealPerfRecordsMatchText,
         Self::RealPerfSeesKernelFtracePokes,
+        Self::RealPerfMapsNewModule,
         Self::BadInput,
         Self::Outsider,
         Self::KernelSuites,
         Self::KernelPatching,
         Self::OtherWriters,
+        Self::NewText,
         Self::CpuHotplug,
         Self::Listener,
         Self::StockRecorder,
@@ -245,7 +253,7 @@ mod tests {
         // One group: its cases alone between the setup and the unloading.
         let real_perf = groups::asked(Some("real_perf")).unwrap();
         let one = Plan::test(&real_perf);
-        assert_eq!(one.cases.len(), 6 + 2);
+        assert_eq!(one.cases.len(), 6 + 3);
         assert!(one.cases.contains(&Planned::RealPerfSeesKernelFtracePokes));
         for (i, s) in crate::scenarios::scenario::SCENARIOS.iter().enumerate() {
             assert_eq!(Planned::Scenario(i).name(), s.0);
