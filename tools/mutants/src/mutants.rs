@@ -36,6 +36,8 @@ pub const SITES: &str = "kernel/sites.rs";
 pub const AGENT_FAULTS: &str = "tools/agent/src/scenarios/faults.rs";
 /// The kernel's own suites in the guest: ftracetest's results, keyed by case file (harness).
 pub const AGENT_KSELFTEST: &str = "tools/agent/src/scenarios/kselftest.rs";
+/// The decoder of text that appears mid-trace, in the agent.
+pub const AGENT_NEW_TEXT: &str = "tools/agent/src/scenarios/new_text.rs";
 
 /// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
 /// host test can run them, so their mutants are never built here.
@@ -1086,6 +1088,32 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    Mutant {
+        name: "new-text-register-unordered",
+        file: AGENT_NEW_TEXT,
+        what: "Event::key: a register no longer sorts before the records of its own time",
+        edits: &[(
+            "            Self::Ksymbol(k) if !k.unregister => (k.time, 0),",
+            "            Self::Ksymbol(k) if !k.unregister => (k.time, 1),",
+        )],
+        killers: &["agent:scenarios::new_text::tests::a_register_is_filled_then_changed_then_removed"],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "new-text-old-bytes-unchecked",
+        file: AGENT_NEW_TEXT,
+        what: "replay: a change record applied whatever the map holds at its address",
+        edits: &[(
+            "                    if held != now.as_slice() {",
+            "                    if false && held != now.as_slice() {",
+        )],
+        killers: &[
+            "agent:scenarios::new_text::tests::holes_wrong_old_bytes_and_unmatched_ksymbols_are_errors",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
 ];
 
 /// Applies `mutant` to `source`, the text of its [`Mutant::file`].
@@ -1222,7 +1250,8 @@ mod tests {
                 PATCHER,
                 SITES,
                 AGENT_FAULTS,
-                AGENT_KSELFTEST
+                AGENT_KSELFTEST,
+                AGENT_NEW_TEXT
             ]
         );
     }
@@ -1241,7 +1270,8 @@ mod tests {
         for file in files(MUTANTS) {
             assert_eq!(
                 kernel_only(file),
-                !host.iter().any(|f| f == file) && ![AGENT_FAULTS, AGENT_KSELFTEST].contains(&file),
+                !host.iter().any(|f| f == file)
+                    && ![AGENT_FAULTS, AGENT_KSELFTEST, AGENT_NEW_TEXT].contains(&file),
                 "{file}: kernel-only, or included by textpoke-core, or the harness's"
             );
         }

@@ -622,3 +622,135 @@ pub fn cases(kcore: &Kcore) -> Case {
     });
     Case::group("new_text", c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ksym(addr: u64, len: u32, unregister: bool, time: u64) -> Event {
+        Event::Ksymbol(KsymbolRec {
+            addr,
+            len,
+            ksym_type: OOL,
+            unregister,
+            name: "[m]".to_owned(),
+            time,
+        })
+    }
+
+    fn poke(addr: u64, old: &[u8], new: &[u8], time: u64) -> Event {
+        Event::Poke(TextPokeRec {
+            addr,
+            old: old.to_vec(),
+            new: new.to_vec(),
+            time,
+            ..TextPokeRec::default()
+        })
+    }
+
+    fn sorted(mut events: Vec<Event>) -> Vec<Event> {
+        events.sort_by_key(Event::key);
+        events
+    }
+
+    fn bytes(r: &Replayed, addr: u64) -> Vec<Option<u8>> {
+        r.maps[&addr].bytes.clone()
+    }
+
+    #[test]
+    fn a_register_is_filled_then_changed_then_removed() {
+        let before = poke(0x1001, &[9], &[8], 5);
+        let events = sorted(vec![
+            // A change before the register (the loader's) is not the map's: its result is in
+            // the register's bytes.
+            before.clone(),
+            // At the register's time, listed first: the register still comes first.
+            poke(0x1000, &[], &[1, 2], 10),
+            ksym(0x1000, 4, false, 10),
+            poke(0x1002, &[], &[3, 4], 11),
+            poke(0x1001, &[2], &[7], 12),
+        ]);
+        let r = replay(&events, |_| true).unwrap();
+        assert_eq!(bytes(&r, 0x1000), [Some(1), Some(7), Some(3), Some(4)]);
+        assert_eq!(r.changes, 1);
+        // Withheld, the change is not applied.
+        let r = replay(&events, |_| false).unwrap();
+        assert_eq!(bytes(&r, 0x1000), [Some(1), Some(2), Some(3), Some(4)]);
+        // The unregister at the same time as the last record comes after it.
+        let mut gone = events.clone();
+        gone.push(ksym(0x1000, 4, true, 12));
+        let r = replay(&sorted(gone), |_| true).unwrap();
+        assert!(r.maps.is_empty());
+        assert_eq!(r.history.len(), 2);
+    }
+
+    #[test]
+    fn holes_wrong_old_bytes_and_unmatched_ksymbols_are_errors() {
+        let r = replay(
+            &sorted(vec![
+                ksym(0x1000, 4, false, 1),
+                poke(0x1000, &[], &[1, 2], 2),
+            ]),
+            |_| true,
+        )
+        .unwrap();
+        assert_eq!(bytes(&r, 0x1000)[2], None);
+        let wrong = sorted(vec![
+            ksym(0x1000, 2, false, 1),
+            poke(0x1000, &[], &[1, 2], 2),
+            poke(0x1000, &[5], &[6], 3),
+        ]);
+        assert!(replay(&wrong, |_| true)
+            .unwrap_err()
+            .contains("changes [05]"));
+        let past_end = sorted(vec![
+            ksym(0x1000, 2, false, 1),
+            poke(0x1001, &[], &[1, 2], 2),
+        ]);
+        assert!(replay(&past_end, |_| true)
+            .unwrap_err()
+            .contains("runs past the end"));
+        assert!(replay(&[ksym(0x1000, 2, true, 1)], |_| true)
+            .unwrap_err()
+            .contains("no map there"));
+        let twice = sorted(vec![ksym(0x1000, 2, false, 1), ksym(0x1000, 2, false, 2)]);
+        assert!(replay(&twice, |_| true)
+            .unwrap_err()
+            .contains("never unregistered"));
+    }
+
+    #[test]
+    fn perf_script_ksymbol_lines_parse() {
+        let k = parse_script_ksymbol(
+            "    28.957505611: PERF_RECORD_KSYMBOL addr ffffffffa003e000 len 4096 type 2 \
+             flags 0x1 name [textpoke_keys].init",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                k.addr,
+                k.len,
+                k.ksym_type,
+                k.unregister,
+                k.name.as_str(),
+                k.time
+            ),
+            (
+                0xffff_ffff_a003_e000,
+                4096,
+                2,
+                true,
+                "[textpoke_keys].init",
+                28_957_505_611
+            )
+        );
+        assert_eq!(
+            parse_script_ksymbol("PERF_RECORD_TEXT_POKE ffffffffa003e000"),
+            None
+        );
+        assert_eq!(
+            parse_script_ksymbol("PERF_RECORD_KSYMBOL addr zz len 1 type 2 flags 0x0 name x"),
+            None
+        );
+    }
+}
