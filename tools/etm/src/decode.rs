@@ -112,6 +112,58 @@ pub struct Scenario {
     pub flip_atom: Option<usize>,
     /// Poke the kernel program's site while it runs, and record it so.
     pub poke: Option<PokeRecord>,
+    /// Run [`kernel_and_module_program`] instead: the kernel calls into a module loaded after
+    /// the recording started, described by records or not.
+    pub module: Option<ModuleRecords>,
+}
+
+/// Whether the module of [`kernel_and_module_program`] is described to perf, as textpoke
+/// describes a module that loads while a tracer listens (kernel/new_text.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleRecords {
+    /// A `KSYMBOL` register of its text and a `TEXT_POKE` with no old bytes carrying it, both
+    /// before the trace.
+    Described,
+    /// Nothing: the module is in neither the vmlinux nor any record.
+    Undescribed,
+}
+
+/// Where [`kernel_and_module_program`]'s module lies: past the kernel's map, so perf can take
+/// its bytes from records alone.
+pub const MTEXT: u64 = KTEXT + 0x1_0000;
+
+/// The words of [`kernel_and_module_program`] that are the kernel's (the vmlinux holds them).
+const KERNEL_WORDS: usize = 6;
+
+/// The kernel program of a module scenario at [`KTEXT`], calling twice into a module function
+/// at [`MTEXT`]: `0 mov x0, #2; 1 loop: bl mfunc; 2 subs x0, x0, #1; 3 b.ne loop; 4 b halt;
+/// 5 halt`, and `mfunc: nop; nop; ret`. One image holds both, NOPs between (never run).
+pub fn kernel_and_module_program() -> Program {
+    let a = |i: u64| KTEXT + 4 * i;
+    let m = |i: u64| MTEXT + 4 * i;
+    let mut words = vec![
+        a64::movz_x(0, 2),                // 0 _text: mov  x0, #2
+        a64::bl(a(1), m(0)),              // 1 loop:  bl   mfunc
+        a64::subs_x_imm(0, 0, 1),         // 2        subs x0, x0, #1
+        a64::b_cond(a(3), a(1), COND_NE), // 3        b.ne loop
+        a64::b(a(4), a(5)),               // 4        b    halt
+        NOP,                              // 5 halt:  (the trace stops here)
+    ];
+    assert_eq!(words.len(), KERNEL_WORDS);
+    words.resize(((MTEXT - KTEXT) / 4) as usize, NOP);
+    words.extend([NOP, NOP, RET]); // mfunc
+    let syms = vec![
+        elf::Sym::new("_text", a(0), 0),
+        elf::Sym::new("_stext", a(0), 0),
+        elf::Sym::new("kfunc", a(0), 4 * KERNEL_WORDS as u64),
+    ];
+    Program {
+        img: Image { base: KTEXT, words },
+        syms,
+        entry: a(0),
+        stop: a(5),
+        poke: None,
+    }
 }
 
 /// Code, symbols, where execution starts and stops, and an optional poke of it.
@@ -394,13 +446,18 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     if s.kernel && s.svc {
         return Err("the SVC scenario runs only the user program".into());
     }
-    if s.poke.is_some() && !s.kernel {
+    if (s.poke.is_some() || s.module.is_some()) && !s.kernel {
         return Err("text pokes are modelled only for the kernel program".into());
+    }
+    if s.poke.is_some() && s.module.is_some() {
+        return Err("the module program has no poke site".into());
     }
     if s.ts_every == Some(0) {
         return Err("a timestamp every 0 atoms".into());
     }
-    let mut p = if s.kernel {
+    let mut p = if s.module.is_some() {
+        kernel_and_module_program()
+    } else if s.kernel {
         kernel_program()
     } else {
         user_program()
@@ -410,10 +467,12 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
     }
     let dir = fs::canonicalize(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
     let elf_path = dir.join(if s.kernel { "vmlinux" } else { "prog" });
-    write(
-        &elf_path,
-        &elf::write_elf(p.img.base, &p.img.bytes(), &p.syms),
-    )?;
+    // A module's words are in no file: perf has them from records, or not at all.
+    let mut elf_bytes = p.img.bytes();
+    if s.module.is_some() {
+        elf_bytes.truncate(4 * KERNEL_WORDS);
+    }
+    write(&elf_path, &elf::write_elf(p.img.base, &elf_bytes, &p.syms))?;
 
     let patch = p.poke.filter(|_| s.poke.is_some());
     let steps = a64::run(&mut p.img.clone(), p.entry, p.stop, 1000, patch)?;
@@ -434,7 +493,8 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
         s.formatted.then_some(TRACE_ID),
     );
 
-    let record_poke = s.poke.is_some_and(|r| r != PokeRecord::Dropped);
+    let described = s.module == Some(ModuleRecords::Described);
+    let record_poke = s.poke.is_some_and(|r| r != PokeRecord::Dropped) || described;
     let attrs = events(s.kernel, s.timestamps, record_poke, false);
     let [etm_attr, dummy_attr] = &attrs;
     let sample_type = etm_attr.sample_type;
@@ -455,6 +515,16 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<Built, String> {
         let path = elf_path.to_str();
         let path = path.ok_or_else(|| format!("{} is not UTF-8", dir.display()))?;
         f.mmap2(PID, TEXT, 0x1000, path, &dummy_tr(TS_BASE - 100));
+    }
+    if described {
+        // As kernel/new_text.rs emits them when the module comes, after the recording started.
+        let img = p.img.bytes();
+        let module = &img[(MTEXT - KTEXT) as usize..];
+        let len = u32::try_from(module.len()).expect("a small module");
+        let ool = pd::PERF_RECORD_KSYMBOL_TYPE_OOL;
+        f.ksymbol(MTEXT, len, ool, false, "[module]", &dummy_tr(TS_BASE - 80));
+        let id = pd::sample_id(PID, TS_BASE - 79, dummy_attr.id);
+        f.text_poke(MTEXT, &[], module, sample_type, &id);
     }
     f.itrace_start(PID, &etm_tr(TS_BASE - 50));
     if s.poke == Some(PokeRecord::BeforeDecode) {

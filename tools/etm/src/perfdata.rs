@@ -26,6 +26,10 @@ pub const PERF_RECORD_MMAP2: u32 = 10;
 pub const PERF_RECORD_AUX: u32 = 11;
 /// `PERF_RECORD_ITRACE_START`, perf_event.h:1091.
 pub const PERF_RECORD_ITRACE_START: u32 = 12;
+/// `PERF_RECORD_KSYMBOL`, perf_event.h:1165.
+pub const PERF_RECORD_KSYMBOL: u32 = 17;
+/// `PERF_RECORD_KSYMBOL_TYPE_OOL`, perf_event.h:1239: text perf has no copy of.
+pub const PERF_RECORD_KSYMBOL_TYPE_OOL: u16 = 2;
 /// `PERF_RECORD_FINISHED_ROUND`, event.h:467.
 pub const PERF_RECORD_FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_AUXTRACE_INFO`, event.h:469.
@@ -458,6 +462,32 @@ impl PerfFile {
         let written = krecord::write_text_poke(&mut rec, misc, addr, old, new, id, layout);
         assert_eq!(written, Ok(rec.len()), "the buffer is the record's size");
         self.data.extend_from_slice(&rec);
+    }
+
+    /// `PERF_RECORD_KSYMBOL`, perf_event.h:1165. `[addr, addr + len)` registered (or with
+    /// `unregister`, removed) as text of type `ksym_type` named `name`, its name NUL-padded to
+    /// 8 bytes as `perf_event_ksymbol()` pads it, then the `sample_id` trailer.
+    pub fn ksymbol(
+        &mut self,
+        addr: u64,
+        len: u32,
+        ksym_type: u16,
+        unregister: bool,
+        name: &str,
+        trailer: &[u8],
+    ) {
+        let mut b = Vec::new();
+        p64(&mut b, addr);
+        p32(&mut b, len);
+        p16(&mut b, ksym_type);
+        p16(&mut b, u16::from(unregister));
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        while !b.len().is_multiple_of(8) {
+            b.push(0);
+        }
+        b.extend_from_slice(trailer);
+        self.record(PERF_RECORD_KSYMBOL, 0, &b);
     }
 
     /// `PERF_RECORD_TIME_CONV` (event.h:438) with `cap_user_time_zero`: perf time =

@@ -15,7 +15,8 @@ use common::TempDir;
 use std::path::Path;
 use textpoke_etm::a64::Kind;
 use textpoke_etm::decode::{
-    self, Built, BuiltCpuWide, Comparison, CpuWide, Decoded, Difference, PokeRecord, Scenario,
+    self, Built, BuiltCpuWide, Comparison, CpuWide, Decoded, Difference, ModuleRecords, PokeRecord,
+    Scenario,
 };
 
 /// The kernel program's words (KTEXT + 4i) as addresses.
@@ -475,4 +476,33 @@ fn cpu_wide_dropped_or_late_text_poke_fails_the_comparison() {
             }
         }
     }
+}
+
+/// A module loaded after the recording started, which the kernel calls into: the vmlinux has
+/// no byte of it. Described as textpoke describes such a module (kernel/new_text.rs: a
+/// `KSYMBOL` register of its text, then a `TEXT_POKE` with no old bytes carrying it), perf
+/// maps it and the trace decodes to the truth, through the module and back. Undescribed, the
+/// same trace does not: perf decodes the call as falling through to the next instruction.
+#[test]
+fn module_loaded_mid_trace_decodes_with_its_records_only() {
+    let scenario = |module| Scenario {
+        kernel: true,
+        module: Some(module),
+        ..Scenario::default()
+    };
+    assert_decodes_to_truth(
+        "module-described",
+        &[("described", scenario(ModuleRecords::Described))],
+    );
+    let tmp = TempDir::new("module-undescribed");
+    let undescribed = scenario(ModuleRecords::Undescribed);
+    let (built, decoded, cmp) = decode_in(&tmp.sub("undescribed"), &undescribed);
+    assert!(
+        built.truth.insns.iter().any(|&a| a >= decode::MTEXT),
+        "the truth runs the module"
+    );
+    assert!(
+        cmp.check().is_err(),
+        "decoded without the module's records: {decoded:?}"
+    );
 }
