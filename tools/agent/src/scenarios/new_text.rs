@@ -346,7 +346,8 @@ pub fn real_perf_case(perf: &Perf) -> Case {
     const NAME: &str = "real_perf_maps_new_module";
     let run = || -> Result<String, String> {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
-        let dir = std::path::Path::new("/tmp/perf-new-text");
+        const DIR: &str = "/tmp/perf-new-text";
+        let dir = std::path::Path::new(DIR);
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::remove_file(CYCLE_SNAPSHOT);
         perf.record(
@@ -371,7 +372,7 @@ pub fn real_perf_case(perf: &Perf) -> Case {
                 "script",
                 "-v",
                 "-i",
-                dir.to_str().unwrap_or_default(),
+                DIR,
                 "--show-text-poke-events",
                 "--show-bpf-events",
                 "--ns",
@@ -379,6 +380,22 @@ pub fn real_perf_case(perf: &Perf) -> Case {
                 "time",
             ])
             .map_err(|e| format!("perf script: {e}"))?;
+        // `perf report -D` dumps every record raw: the module's must be among them.
+        let dump = perf
+            .run(["report", "-D", "-i", DIR])
+            .map_err(|e| format!("perf report -D: {e}"))?;
+        let dumped = |what: &str| {
+            dump.stdout
+                .lines()
+                .filter(|l| l.contains(what) && l.contains(&format!("[{MODULE}]")))
+                .count()
+        };
+        let dumped_ksymbols = dumped("PERF_RECORD_KSYMBOL");
+        if dumped_ksymbols < 2 {
+            return Err(format!(
+                "perf report -D shows {dumped_ksymbols} KSYMBOL records of [{MODULE}]"
+            ));
+        }
         let ksymbols: Vec<KsymbolRec> = script
             .stdout
             .lines()
@@ -464,8 +481,8 @@ pub fn real_perf_case(perf: &Perf) -> Case {
         // register made when it loads its kcore copy later, and an unregister inside the
         // copy's module map removes that whole map (docs/protocol.md, "Text that appears").
         Ok(format!(
-            "perf script: {name} at {:#x}, {} bytes, registered and unregistered; {changes} \
-             change records in it; its text replayed from perf's records equals kcore ({} \
+            "perf script: {name} at {:#x}, {} bytes, registered and unregistered ({dumped_ksymbols} \
+             KSYMBOL records of it in perf report -D); {changes} change records in it; its text replayed from perf's records equals kcore ({} \
              bytes); perf found no map for {} records",
             register.addr,
             register.len,
