@@ -135,17 +135,35 @@ fn path_of(site: &Site, bytes: &[u8]) -> Option<u8> {
 }
 
 /// Per site index: `(record time, path after it)` in time order. A record at no watched site
-/// is an error, as is one whose new bytes are neither instruction.
+/// is an error, as is one whose new bytes are neither instruction, and one whose old bytes are
+/// not what the site held before it by the site's initial bytes and its earlier records: a
+/// decoder that checks them would refuse it, and perf, which does not, would hide it.
 fn timelines(d: &Dataset) -> Result<HashMap<usize, Vec<(u64, u8)>>, String> {
     let by_addr = by_addr(d);
+    let mut pokes: Vec<&Poke> = d.pokes.iter().collect();
+    pokes.sort_by_key(|p| p.time);
     let mut out: HashMap<usize, Vec<(u64, u8)>> = HashMap::new();
-    for p in &d.pokes {
+    for p in pokes {
         let s = by_addr
             .get(&p.addr)
             .ok_or_else(|| format!("a record at {:#x}, no watched site", p.addr))?;
         let path = path_of(s, &p.new)
             .ok_or_else(|| format!("a record writes {:02x?} at site {:#x}", p.new, p.addr))?;
-        out.entry(s.watched.index).or_default().push((p.time, path));
+        let events = out.entry(s.watched.index).or_default();
+        let held = events.last().map_or(s.initial, |e| e.1);
+        let held_bytes = if held == 1 {
+            &s.watched.on
+        } else {
+            &s.watched.off
+        };
+        if p.old != *held_bytes {
+            return Err(format!(
+                "the record at {:#x} at {} ns changes {:02x?}, but the site held {held_bytes:02x?} \
+                 by its earlier records",
+                p.addr, p.time, p.old
+            ));
+        }
+        events.push((p.time, path));
     }
     Ok(out)
 }
@@ -438,6 +456,13 @@ pub fn decode_stream(
 /// its path with no error, and each seeded stream is caught with wrong paths.
 pub fn verdict(outcomes: &[Outcome], sel: &Selection, min_traced: usize) -> Result<(), String> {
     let mut problems = Vec::new();
+    // An execution the observer cannot place is one this check cannot judge: none is allowed.
+    if sel.undecided > 0 {
+        problems.push(format!(
+            "{} executions the observer could not place (undecided)",
+            sel.undecided
+        ));
+    }
     if sel.traced < min_traced {
         problems.push(format!(
             "{} executions in the trace, fewer than {min_traced}",
@@ -640,5 +665,29 @@ mod tests {
         assert!(verdict(&good[..2], &sel, 10)
             .unwrap_err()
             .contains("not decoded"));
+        let undecided = Selection {
+            undecided: 1,
+            ..sel
+        };
+        assert!(verdict(&good, &undecided, 10)
+            .unwrap_err()
+            .contains("undecided"));
+    }
+
+    #[test]
+    fn a_record_whose_old_bytes_break_the_timeline_is_refused() {
+        assert!(timelines(&dataset()).is_ok());
+        // The second record's old bytes as the first's: perf would apply it all the same.
+        let mut d = dataset();
+        d.pokes[1].old = OFF.to_vec();
+        assert!(select(&d).unwrap_err().contains("but the site held"));
+        // A record dropped: the next one's old bytes are not what the site holds.
+        let mut d = dataset();
+        d.pokes.remove(0);
+        assert!(select(&d).unwrap_err().contains("but the site held"));
+        // Records out of file order are taken in time order.
+        let mut d = dataset();
+        d.pokes.reverse();
+        assert!(select(&d).is_ok());
     }
 }

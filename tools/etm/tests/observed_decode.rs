@@ -131,3 +131,59 @@ fn debian_perf_decodes_observed_executions_against_the_last_bytes() {
         .unwrap_err()
         .contains("recorded:"));
 }
+
+/// The recorded stream tampered with, the executions as the CPUs ran them: with perf applying
+/// records in time order, the decode of the recorded stream must go wrong, and the verdict fail
+/// on it.
+fn tampered_recorded_fails(test: &str, tamper: impl Fn(&mut Dataset)) -> Outcome {
+    if let Err(e) = decode::require_perf() {
+        panic!("{e}");
+    }
+    let d = dataset();
+    let (traced, sel) = observed::select(&d).expect("selection");
+    let mut t = d.clone();
+    tamper(&mut t);
+    let tmp = TempDir::new(test);
+    let outcomes: Vec<Outcome> = Stream::ALL
+        .iter()
+        .map(|&s| {
+            observed::decode_stream(&t, &traced, s, &tmp.sub(s.name()))
+                .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+        })
+        .collect();
+    let recorded = outcomes[0].clone();
+    assert_eq!(recorded.stream, Stream::Recorded);
+    assert!(recorded.wrong > 0, "{recorded:?}");
+    assert!(observed::verdict(&outcomes, &sel, 1000)
+        .unwrap_err()
+        .contains("recorded:"));
+    recorded
+}
+
+/// The last record of a site dropped (no later record of the site betrays it by its old
+/// bytes): the site's executions after it decode with the path before.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see perf_decode.rs)"]
+fn a_dropped_record_fails_the_verdict() {
+    let o = tampered_recorded_fails("observed-dropped-one", |d| {
+        let last = d
+            .pokes
+            .iter()
+            .rposition(|p| p.addr == d.sites[0].watched.addr)
+            .expect("a record at the first site");
+        d.pokes.remove(last);
+    });
+    eprintln!("dropped one: {} of {} wrong", o.wrong, o.decoded);
+}
+
+/// One record moved 500 ns later than its write: the executions in between decode with the
+/// path before it.
+#[test]
+#[ignore = "needs a perf with tools/patches/0012 in TEXTPOKE_PERF (see perf_decode.rs)"]
+fn a_moved_record_fails_the_verdict() {
+    let o = tampered_recorded_fails("observed-moved-one", |d| {
+        d.pokes[4].time += 500;
+        d.pokes.sort_by_key(|p| p.time);
+    });
+    eprintln!("moved one: {} of {} wrong", o.wrong, o.decoded);
+}
