@@ -13,7 +13,8 @@
 //! While textpoke is loaded and a text-poke listener exists, every module's executable text is
 //! described so, from a module notifier that runs after every other ([`PRIORITY`]):
 //! - at `MODULE_STATE_COMING`: a register of its core text and of its init text, each followed
-//!   by its bytes in records of at most [`CHUNK`] bytes. By then the loader has made the text
+//!   by its bytes in records of at most [`CHUNK`] bytes, from one CPU (preemption off: a
+//!   decoder orders records by the emitting CPU's clock). By then the loader has made the text
 //!   read-only and executable and made its own changes (alternatives, relocations, ftrace's
 //!   call sites and `ftrace_module_enable()`), and every other notifier its own (jump labels,
 //!   static calls). Nothing of the module has run: its init function, the first of its code to
@@ -35,6 +36,7 @@
 //! priority enabled) has its own record, which perf drops for want of a map ("Failed to find
 //! kernel text poke address map"); its result is in the bytes that follow the register.
 
+use crate::cpu::NoPreempt;
 use crate::engine::Engine;
 use crate::module_notifier::ModuleState;
 use crate::module_text::Module;
@@ -132,6 +134,9 @@ fn describe(engine: &Engine, held: &HoldsText, module: &Module, part: Part) {
     };
     let mut buf = [0; NAME_LEN];
     let generic = &engine.exports.generic;
+    // One CPU for the register and its bytes: perf stamps each record with that CPU's clock,
+    // and a decoder orders them by it, so none of the bytes may seem to come before the map.
+    let _pinned = NoPreempt::new();
     generic.ksymbol(held, start, len, false, part.name(module, &mut buf));
     let mut addr = start;
     let mut records = 0u64;
