@@ -30,6 +30,8 @@ pub const TRAP: &str = "kernel/trap.rs";
 pub const PATCHER: &str = "kernel/patcher.rs";
 /// The registry of sites (kernel-only).
 pub const SITES: &str = "kernel/sites.rs";
+/// Modules' text described to tracers (kernel-only).
+pub const NEW_TEXT: &str = "kernel/new_text.rs";
 
 /// The fault-injection cases of the guest agent: how a kernel transition's text is compared with
 /// the stock path's, and when a case's failure path counts as run (harness).
@@ -41,7 +43,7 @@ pub const AGENT_NEW_TEXT: &str = "tools/agent/src/scenarios/new_text.rs";
 
 /// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
 /// host test can run them, so their mutants are never built here.
-pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES];
+pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES, NEW_TEXT];
 
 /// Whether `file` is compiled into the kernel module only.
 pub fn kernel_only(file: &str) -> bool {
@@ -1045,6 +1047,36 @@ pub const MUTANTS: &[Mutant] = &[
         ),
     },
     Mutant {
+        name: "new-text-init-undescribed",
+        file: NEW_TEXT,
+        what: "module_changed: at COMING only the core text described, not the init text",
+        edits: &[(
+            "        ModuleState::Coming => {\n            for part in [Part::Core, Part::Init] {",
+            "        ModuleState::Coming => {\n            for part in [Part::Core] {",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the guest case new_text/loaded (other_writers group): the \
+             decoder meets the init text's unregister at LIVE with no map to remove",
+        ),
+    },
+    Mutant {
+        name: "new-text-left-registered",
+        file: NEW_TEXT,
+        what: "module_changed: a going module's core text never unregistered",
+        edits: &[(
+            "            for part in [Part::Core, Part::Init] {\n                unregister(",
+            "            for part in [Part::Init] {\n                unregister(",
+        )],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by the guest case new_text/unloaded: the decoder still holds a \
+             map of the module once it unloaded",
+        ),
+    },
+    Mutant {
         name: "faults-call-one-byte-back",
         file: AGENT_FAULTS,
         what: "changed_ranges: a call found only right before the first changed byte",
@@ -1249,6 +1281,7 @@ mod tests {
                 TRAP,
                 PATCHER,
                 SITES,
+                NEW_TEXT,
                 AGENT_FAULTS,
                 AGENT_KSELFTEST,
                 AGENT_NEW_TEXT
