@@ -1007,51 +1007,51 @@ fn queue_full_case(kcore: &Kcore) -> Case {
     }
 }
 
+/// The control of seeded defect `defect`: `check` run under it must fail, and with `want` in
+/// its reason (the defect's own signature); `what` names the check in the failure.
+fn caught_by_signature(
+    defect: defects::SeededDefect,
+    what: &str,
+    want: &str,
+    check: impl FnOnce() -> Result<String, String>,
+) -> Case {
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defect.mode, |_| Ok(check()))?;
+        match outcome {
+            Err(e) if e.contains(want) => Ok(format!("caught: {e}")),
+            Err(e) => Err(format!("{what} failed, but not with \"{want}\": {e}")),
+            Ok(line) => Err(format!("not caught: {line}")),
+        }
+    };
+    match run() {
+        Ok(found) => Case::pass(defect.caught_by).with_log(found),
+        Err(e) => Case::fail(defect.caught_by, e),
+    }
+}
+
 /// The same under the seeded defect that hands the change back when the queue cannot grow:
 /// on arm64 the records must disagree with the text (the stock path records nothing); on x86,
 /// whose stock path records its changes, the hand-backs themselves are the signature.
 fn queue_full_control(kcore: &Kcore) -> Case {
-    const NAME: &str = defects::HAND_BACK_WHEN_FULL.caught_by;
     let want = if guest::is_x86() {
         "changes handed back"
     } else {
         "the records disagree with the text"
     };
-    let run = || -> Result<String, String> {
-        let (_, outcome) = under_defect(defects::HAND_BACK_WHEN_FULL.mode, |_| {
-            Ok(queue_full_run(kcore))
-        })?;
-        match outcome {
-            Err(e) if e.contains(want) => Ok(format!("caught: {e}")),
-            Err(e) => Err(format!("{QUEUE_FULL} failed, but not with \"{want}\": {e}")),
-            Ok(line) => Err(format!("not caught: {line}")),
-        }
-    };
-    match run() {
-        Ok(found) => Case::pass(NAME).with_log(found),
-        Err(e) => Case::fail(NAME, e),
-    }
+    caught_by_signature(defects::HAND_BACK_WHEN_FULL, QUEUE_FULL, want, || {
+        queue_full_run(kcore)
+    })
 }
 
 /// A module loaded while a tracer listens, under the seeded defect that describes no module's
 /// text: the decoder of new_text.rs must find no map of it once it loaded.
 fn new_text_control(kcore: &Kcore) -> Case {
-    const NAME: &str = defects::NEW_TEXT_UNDESCRIBED.caught_by;
-    const WANT: &str = "0 maps named";
-    let run = || -> Result<String, String> {
-        let (_, outcome) = under_defect(defects::NEW_TEXT_UNDESCRIBED.mode, |_| {
-            Ok(crate::scenarios::new_text::loaded_once(kcore))
-        })?;
-        match outcome {
-            Err(e) if e.contains(WANT) => Ok(format!("caught: {e}")),
-            Err(e) => Err(format!("loaded failed, but not with \"{WANT}\": {e}")),
-            Ok(line) => Err(format!("not caught: {line}")),
-        }
-    };
-    match run() {
-        Ok(found) => Case::pass(NAME).with_log(found),
-        Err(e) => Case::fail(NAME, e),
-    }
+    caught_by_signature(
+        defects::NEW_TEXT_UNDESCRIBED,
+        "loaded",
+        "0 maps named",
+        || crate::scenarios::new_text::loaded_once(kcore),
+    )
 }
 
 /// The load of the write-failure matrix: one batch of four sites, flipped once.
