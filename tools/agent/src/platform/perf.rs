@@ -689,6 +689,9 @@ pub struct Recorder {
     buffers: Vec<CpuBuffer>,
     layout: SampleIdLayout,
     scratch: Vec<u8>,
+    /// `CLOCK_MONOTONIC` just before the last event's arrival began (see
+    /// [`Recorder::arriving_from`]).
+    arriving_from: u64,
 }
 
 impl Recorder {
@@ -720,14 +723,30 @@ impl Recorder {
         attr.flags &= !attr_flags::DISABLED;
         let events = Self::open_events(config, &attr)?;
         std::thread::sleep(gap);
-        Self::map_events(config, events)
+        // Enabled at the open, each event arrives at its mapping.
+        Self::map_events(config, events, true)
     }
 
     fn open_attr(config: &RecorderConfig, attr: PerfEventAttr) -> io::Result<Self> {
         let events = Self::open_events(config, &attr)?;
-        let recorder = Self::map_events(config, events)?;
+        let mut recorder = Self::map_events(config, events, false)?;
+        // Mapped while disabled, each event arrives at its enabling.
         recorder.enable()?;
         Ok(recorder)
+    }
+
+    /// `CLOCK_MONOTONIC` in nanoseconds just before the recorder's last event began to arrive
+    /// (got its buffer while enabled, or was enabled with its buffer), so no later than that
+    /// arrival.
+    ///
+    /// A record timed before it was emitted before the recorder's last arrival, by a batch that
+    /// held `text_mutex` from its first record to its end, which that arrival waits for
+    /// (docs/protocol.md, "When nobody listens"): the batch was done before the recorder could
+    /// copy the text, and the recorder may hold only part of its records (those emitted on
+    /// CPUs whose events had arrived). A listener takes its copy, not those records, for that
+    /// time.
+    pub fn arriving_from(&self) -> u64 {
+        self.arriving_from
     }
 
     /// One event with `attr` per online CPU, with its CPU.
@@ -757,10 +776,20 @@ impl Recorder {
         Ok(events)
     }
 
-    /// The recorder of `events`, each with its buffer mapped.
-    fn map_events(config: &RecorderConfig, events: Vec<(u32, OwnedFd)>) -> io::Result<Self> {
+    /// The recorder of `events`, each with its buffer mapped; with `enabled`, the events were
+    /// opened enabled and [`Recorder::arriving_from`] is taken before the last mapping.
+    fn map_events(
+        config: &RecorderConfig,
+        events: Vec<(u32, OwnedFd)>,
+        enabled: bool,
+    ) -> io::Result<Self> {
         let mut buffers = Vec::with_capacity(events.len());
-        for (cpu, fd) in events {
+        let mut arriving_from = 0;
+        let last = events.len().saturating_sub(1);
+        for (i, (cpu, fd)) in events.into_iter().enumerate() {
+            if enabled && i == last {
+                arriving_from = crate::platform::sys::monotonic_ns();
+            }
             let mapped = MappedRing::map(&fd, config.data_pages)?;
             buffers.push(CpuBuffer { cpu, fd, mapped });
         }
@@ -768,12 +797,18 @@ impl Recorder {
             buffers,
             layout: SampleIdLayout::new(SAMPLE_TYPE),
             scratch: Vec::new(),
+            arriving_from,
         })
     }
 
-    /// Enables every CPU's event (`PERF_EVENT_IOC_ENABLE`).
-    fn enable(&self) -> io::Result<()> {
-        for buf in &self.buffers {
+    /// Enables every CPU's event (`PERF_EVENT_IOC_ENABLE`), and takes
+    /// [`Recorder::arriving_from`] before the last.
+    fn enable(&mut self) -> io::Result<()> {
+        let last = self.buffers.len().saturating_sub(1);
+        for (i, buf) in self.buffers.iter().enumerate() {
+            if i == last {
+                self.arriving_from = crate::platform::sys::monotonic_ns();
+            }
             // SAFETY: `PERF_EVENT_IOC_ENABLE` takes an integer argument (0: this event only) on
             // a perf event descriptor we own.
             let rc = unsafe { libc::ioctl(buf.fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) };

@@ -564,6 +564,19 @@ pub fn dmesg_cursor() -> io::Result<LogCursor> {
     kmsg_since(LogCursor::START).map(|(_, next)| next)
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -740,8 +740,9 @@ const LISTENER_IN_RECOVERY: &str = "listener_started_in_recovery_gets_a_true_cop
 /// Runs on the debug build (loaded by the caller), with a listener of its own so that the batch
 /// is guarded, and puts both parameters back whatever happens.
 fn listener_in_recovery(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
-    use crate::scenarios::listener::{monotonic_ns, replay, COPY};
+    use crate::scenarios::listener::{replay, COPY};
     use textpoke_agent::platform::perf::{Listener, Recorder, RecorderConfig};
+    use textpoke_agent::platform::sys::monotonic_ns;
     const PAUSE_MS: u32 = 1000;
     let _listening = Listener::open().map_err(|e| format!("opening a listener: {e}"))?;
     let whole = scenario::run(FAULT_SPEC, sites, kcore)?;

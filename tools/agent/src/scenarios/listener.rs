@@ -17,7 +17,10 @@
 //! - `listener_mid_storm`: flips of the exerciser's keys and ftrace sites, function-tracer
 //!   toggles and `sched_schedstats` flips run with nobody listening; at one of [`STARTS`] points
 //!   a recorder opens (the listener appears), copies the text through kcore and collects records
-//!   until the storm ends. Its copy, with each record replayed in time order, must agree with
+//!   until the storm ends; its records are those timed from its last CPU's arrival on (one
+//!   event per CPU, each arriving at its own moment: a batch done before the last arrival may
+//!   have reached only some of them, and the copy holds its writes). Its copy, with each
+//!   record replayed in time order, must agree with
 //!   every record's old bytes (or already hold its new ones, if the copy was read after the
 //!   change: records timed before the copy's end only) and end equal to the text. A batch that
 //!   decided "nobody listens" and wrote after the copy without a record breaks one or the other.
@@ -41,6 +44,7 @@ use textpoke_agent::platform::exerciser::{self, Site};
 use textpoke_agent::platform::guest::{is_x86, log};
 use textpoke_agent::platform::kcore::Kcore;
 use textpoke_agent::platform::perf::{Listener, Recorder, RecorderConfig, TextPokeRec};
+use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::Case;
 
 use crate::scenarios::kernel_patching::{self, kernel_text};
@@ -172,6 +176,15 @@ fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
     }
 }
 
+/// The records of `pokes` outside the exerciser's region: the kernel's batches'.
+fn kernel_records(sites: &[Site], pokes: &[TextPokeRec]) -> u64 {
+    let (base, len) = region(sites);
+    pokes
+        .iter()
+        .filter(|p| p.addr < base || p.addr >= base + len as u64)
+        .count() as u64
+}
+
 fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
     const NAME: &str = "guarded_with_listener";
     let mut recorder = match Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }) {
@@ -202,6 +215,14 @@ fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
         Some("no batch, or a quiet one, with a listener".to_owned())
     } else if guards == 0 || kguards == 0 || ran.trapped == 0 {
         Some("no guard written, or no execution trapped, with a listener".to_owned())
+    } else if kernel_records(sites, &drain.pokes) < kguards {
+        // Each guard is a change, and each change has its record: the replay below passes
+        // with none, since the run leaves the kernel text as it found it.
+        Some(format!(
+            "{} records of the kernel's batches reached the listener, fewer than their {kguards} \
+             guards",
+            kernel_records(sites, &drain.pokes)
+        ))
     } else {
         // The run leaves the kernel text as it found it (`run_and_count`), so the kernel's
         // records, replayed onto it, must chain from it and end as it is.
@@ -223,6 +244,9 @@ pub struct Start {
     pub replayed: usize,
     /// Records the copy already held when it was read.
     pub already: usize,
+    /// Records timed before the listener's last arrival, whose writes the copy holds
+    /// ([`from_last_arrival`]).
+    pub early: usize,
 }
 
 /// Replays `pokes` (time order, on `CLOCK_MONOTONIC`) onto `copy`, a copy of `[base, base +
@@ -290,6 +314,13 @@ pub fn replay(
     Ok(s)
 }
 
+/// Keeps of `pokes` the listener's own: those timed from `arriving_from`
+/// ([`Recorder::arriving_from`]) on. Before it, a batch done before the copy may have reached
+/// only the events of the CPUs that had arrived, and the copy holds its writes.
+pub fn from_last_arrival(pokes: &mut Vec<TextPokeRec>, arriving_from: u64) {
+    pokes.retain(|p| p.time >= arriving_from);
+}
+
 /// Whether `bytes` begin with textpoke's guard (x86 `INT3`, arm64 `BRK #0x008`).
 pub fn is_guard(bytes: &[u8]) -> bool {
     if is_x86() {
@@ -297,19 +328,6 @@ pub fn is_guard(bytes: &[u8]) -> bool {
     } else {
         bytes.get(..4) == Some(&0xd420_0100u32.to_le_bytes()[..])
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// Toggles the function tracer and `sched_schedstats` until `stop`.
@@ -500,7 +518,7 @@ pub fn one_start(
         .iter()
         .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
         .collect();
-    let copied_by = monotonic_ns();
+    let copied_by = sys::monotonic_ns();
     copied.store(true, Ordering::Release);
     let ran: Result<(), i32> = flips.join().unwrap_or(Err(-1));
     let collected = observing.map(|o| o.map(Observer::stop));
@@ -513,7 +531,10 @@ pub fn one_start(
     };
     let rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
     ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
-    let drain = rec.drain_whole()?;
+    let arriving_from = rec.arriving_from();
+    let mut drain = rec.drain_whole()?;
+    let received = drain.pokes.len();
+    from_last_arrival(&mut drain.pokes, arriving_from);
     let copies = copies?;
     if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
         match collected {
@@ -528,9 +549,21 @@ pub fn one_start(
             Err(e) => watch.errors.push(format!("starting the observer: {e}")),
         }
     }
-    let mut total = Start::default();
-    for (&(base, len), mut copy) in regions.iter().zip(copies) {
+    let mut total = Start {
+        early: received - drain.pokes.len(),
+        ..Start::default()
+    };
+    for (i, (&(base, len), mut copy)) in regions.iter().zip(copies).enumerate() {
         let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
+        // With the observer a whole run of the exerciser's flips began after the copy, with
+        // the listener there: its batches were guarded and recorded.
+        if again && i == 0 && s.replayed == 0 {
+            return Err(
+                "no record of the exerciser's batches reached the listener, though a whole run \
+                 of them began after its copy"
+                    .to_owned(),
+            );
+        }
         let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
         // arm64 ftrace's ops literals are data, which nobody records (as for every transition
         // of `kernel_patching`).
@@ -562,7 +595,7 @@ pub fn mid_storm(
         None => Vec::new(),
     };
     let start = Instant::now();
-    let (mut replayed, mut already, mut toggles) = (0, 0, 0);
+    let (mut replayed, mut already, mut early, mut toggles) = (0, 0, 0, 0);
     for k in 0..STARTS {
         // From the storm's first moments to well into it.
         let delay = Duration::from_millis(50 + 150 * k as u64);
@@ -571,12 +604,14 @@ pub fn mid_storm(
             .map_err(|e| format!("start {k} ({} ms in): {e}", delay.as_millis()))?;
         replayed += s.replayed;
         already += s.already;
+        early += s.early;
         toggles += t;
     }
     Ok(format!(
         "{STARTS} listeners started mid-storm ({toggles} tracer and schedstats toggles beside \
          `{STORM_SPEC}`): {replayed} records replayed onto their copies, {already} already in \
-         them, every copy equal to the text at its end, in {:.1} s",
+         them, {early} before their last CPU's arrival left to the copies; every copy equal to \
+         the text at its end, in {:.1} s",
         start.elapsed().as_secs_f64()
     ))
 }
@@ -800,6 +835,30 @@ mod tests {
         // Those before the copy must have been timed before it.
         let mut copy = vec![2];
         assert!(replay(0x100, &mut copy, &pokes, 5).is_err());
+    }
+
+    #[test]
+    fn records_before_the_last_arrival_are_the_copys() {
+        // A batch on an arrived CPU turned the site on at 5, one on a CPU whose event had not
+        // arrived yet turned it off at 6 (its record lost), the last event began to arrive at
+        // 8, and a batch turned it on again at 12; the copy, read by 20, holds it on.
+        let mut pokes = vec![poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 12)];
+        let mut copy = vec![1];
+        assert!(replay(0x100, &mut copy, &pokes, 20).is_err());
+        from_last_arrival(&mut pokes, 8);
+        let mut copy = vec![1];
+        let s = replay(0x100, &mut copy, &pokes, 20).unwrap();
+        assert_eq!((s.replayed, s.already, copy), (0, 1, vec![1]));
+        // Without the last batch, the copy holds the lost record's result, which the early
+        // record would overwrite.
+        let mut pokes = vec![poke(0x100, &[0], &[1], 5)];
+        let mut copy = vec![0];
+        replay(0x100, &mut copy, &pokes, 20).unwrap();
+        assert_eq!(copy, [1]);
+        from_last_arrival(&mut pokes, 8);
+        let mut copy = vec![0];
+        replay(0x100, &mut copy, &pokes, 20).unwrap();
+        assert_eq!(copy, [0]);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use textpoke_agent::platform::guest::{is_x86, log};
 use textpoke_agent::platform::kcore::Kcore;
 use textpoke_agent::platform::perf::{Listener, Recorder, RecorderConfig, TextPokeRec};
 use textpoke_agent::platform::realperf::Perf;
+use textpoke_agent::platform::sys;
 use textpoke_agent::report::ktap::Case;
 
 use crate::scenarios::kernel_patching::{self, kernel_text, TRACING};
@@ -120,7 +121,7 @@ fn kcore_dir_seen(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Option<u64>>
         let copying = Path::new(DIR).join("kcore_dir");
         while !stop.load(Ordering::Acquire) {
             if copying.exists() {
-                return Some(listener::monotonic_ns());
+                return Some(sys::monotonic_ns());
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -162,8 +163,10 @@ fn replayed_equals(
 }
 
 /// Judges a recorder's `copy` of the kernel text `(base, len)` and the `pokes` it received,
-/// against the text now: the copy was read before `copied_by`, every event of the recorder had
-/// its buffer by `arrived`, and the storm made `toggles` toggles.
+/// against the text now: the copy was read before `copied_by`, the recorder's last event
+/// arrived about `arrived` (no earlier, for the recorder of our own,
+/// [`Recorder::arriving_from`]; when perf's copy began, so no later, for perf), and the storm
+/// made `toggles` toggles.
 ///
 /// With every record, or else with those timed from `arrived` on: a recorder with one event per
 /// CPU receives part of the records of a batch that ran while its events got their buffers one
@@ -268,15 +271,15 @@ fn late_start(kcore: &Kcore, delay: Duration) -> Result<Start, String> {
     let storm = storm(stop.clone(), false);
     std::thread::sleep(delay);
     let opened = Recorder::open_monotonic_mapped_late(&RecorderConfig { data_pages: 1024 }, GAP);
-    let arrived = listener::monotonic_ns();
     // From here on only the update under way changes the text.
     stop.store(true, Ordering::Release);
     let copy = kcore
         .read(text.0, text.1)
         .map_err(|e| format!("kcore: {e}"));
-    let copied_by = listener::monotonic_ns();
+    let copied_by = sys::monotonic_ns();
     let toggles = storm.join().unwrap_or(Err("the storm panicked".into()))?;
     let recorder = opened.map_err(|e| format!("opening the recorder: {e}"))?;
+    let arrived = recorder.arriving_from();
     let drain = recorder.drain_whole()?;
     judge(
         text,
