@@ -44,6 +44,16 @@
 //! question: [`Violation::NewBeforeRecord`] is the new instruction before the site's BEFORE
 //! record, [`Violation::OldAfterRecord`] the old one after its AFTER record.
 //!
+//! A stream of two batches on different sites ([`Batch::stream`]) models when a batch's entries
+//! leave the table ([`Retirement`]). The last sync of a guarded plan makes no change take
+//! effect: once the last write is made a CPU fetches the new instruction or meets the guard,
+//! traps and is emulated as the new one. That sync only makes it safe to retire the entries,
+//! and any later sync does as well: retired at the next batch's first sync (after that batch's
+//! guards), a batch returns after its last write, one sync sooner. Each batch is checked where
+//! it returns ([`Violation::StaleAtReturn`]): every CPU must execute its sites as the new
+//! instruction, by fetching it or by trapping on a guard its entry still resolves. The engine
+//! retires at its own last sync today (docs/protocol.md, "Fewer syncs").
+//!
 //! Executions do not change the state (except that a trap refreshes the view), so each state is
 //! checked for every (CPU, site) execution and only writes, refreshes and traps branch. That
 //! keeps exhaustive exploration cheap for small sizes; [`random_walks`] covers larger ones.
@@ -211,12 +221,45 @@ enum Undo {
     Whole(usize),
 }
 
+/// One step of the poker in the model: a plan's step, or where a batch of a stream
+/// ([`Batch::stream`]) touches the table or returns to its caller. `(lo, hi)` are the batch's
+/// sites, `lo..hi`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Poke {
+    /// A step of a plan, its sites' indices those of the model.
+    Plan(Step),
+    /// [`Step::Publish`] of the sites `lo..hi`.
+    Publish(usize, usize),
+    /// [`Step::Retire`] of the sites `lo..hi`.
+    Retire(usize, usize),
+    /// The batch of the sites `lo..hi` returns to its caller, which expects its changes in
+    /// effect: every CPU executes each of its sites as the new instruction, by fetching it or
+    /// by trapping on a guard the table resolves ([`Violation::StaleAtReturn`] otherwise).
+    Return(usize, usize),
+}
+
+/// When a batch of a stream retires its entries from the pending-instruction table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Retirement {
+    /// As the plan says: a sync after its last write, then the retirement, then the return
+    /// (upstream's `text_poke_bp_batch()`).
+    Plan,
+    /// The batch returns after its last write; its entries stay published until the next
+    /// batch's first sync (after that batch's guards), which every CPU's view then reflects,
+    /// and retire right after it. The stream's last batch keeps its plan's sync and retirement
+    /// (the bounded background sync when no batch follows).
+    AtNextSync,
+    /// Negative control: the last sync dropped, the entries retired right after the last
+    /// write, before any sync.
+    WithoutSync,
+}
+
 /// The batch under test.
 #[derive(Clone, Debug)]
 pub struct Batch {
     arch: Arch,
     changes: Vec<Change>,
-    steps: Vec<Step>,
+    steps: Vec<Poke>,
     protocol: Protocol,
     /// Whether any write may fail, and how the commit then recovers.
     failing: Option<Recover>,
@@ -229,8 +272,10 @@ impl Batch {
             Protocol::Plan(p) => p,
             Protocol::SingleSlotTable => plan::Protocol::Guarded,
         };
+        let n = changes.len();
         let steps = Plan::with_protocol(arch, plan_protocol, &changes)
             .steps()
+            .map(|s| poke(s, 0, n))
             .collect();
         Self {
             arch,
@@ -239,6 +284,69 @@ impl Batch {
             protocol,
             failing: None,
         }
+    }
+
+    /// Two guarded batches, `first` then `second` on other sites, each by its plan, the
+    /// first one's entries retired as `retirement` says. Each returns to its caller
+    /// ([`Poke::Return`]) where its plan ends, or after its last write if its retirement is
+    /// put off.
+    ///
+    /// # Panics
+    ///
+    /// If a plan of `protocol` does not end with a sync and the retirement, or the second one
+    /// has no sync (a plan that guards nothing).
+    pub fn stream(
+        arch: Arch,
+        protocol: plan::Protocol,
+        first: Vec<Change>,
+        second: Vec<Change>,
+        retirement: Retirement,
+    ) -> Self {
+        let (na, nb) = (first.len(), second.len());
+        let plan = |changes: &[Change], lo: usize| -> Vec<Poke> {
+            Plan::with_protocol(arch, protocol, changes)
+                .steps()
+                .map(|s| poke(shift(s, lo), lo, lo + changes.len()))
+                .collect()
+        };
+        let mut a = plan(&first, 0);
+        let mut b = plan(&second, na);
+        let tail = [Poke::Plan(Step::Sync), Poke::Retire(0, na)];
+        assert!(a.ends_with(&tail), "the first plan ends {:?}", a.last());
+        match retirement {
+            Retirement::Plan => a.push(Poke::Return(0, na)),
+            Retirement::AtNextSync => {
+                a.truncate(a.len() - tail.len());
+                a.push(Poke::Return(0, na));
+                let sync = b
+                    .iter()
+                    .position(|s| matches!(s, Poke::Plan(Step::Sync | Step::Unpark)))
+                    .expect("the second plan syncs");
+                b.insert(sync + 1, Poke::Retire(0, na));
+            }
+            Retirement::WithoutSync => {
+                a.truncate(a.len() - tail.len());
+                a.push(Poke::Retire(0, na));
+                a.push(Poke::Return(0, na));
+            }
+        }
+        b.push(Poke::Return(na, na + nb));
+        a.extend(b);
+        Self {
+            arch,
+            changes: first.into_iter().chain(second).collect(),
+            steps: a,
+            protocol: Protocol::Plan(protocol),
+            failing: None,
+        }
+    }
+
+    /// How many all-CPU syncs the poker makes (a parked section's end included).
+    pub fn syncs(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Poke::Plan(Step::Sync | Step::Unpark)))
+            .count()
     }
 
     /// The same batch, with every write of its plan also failing in one branch of the
@@ -286,6 +394,29 @@ impl Batch {
     }
 }
 
+/// `step` of a plan of the sites `lo..hi` as the model runs it.
+fn poke(step: Step, lo: usize, hi: usize) -> Poke {
+    match step {
+        Step::Publish => Poke::Publish(lo, hi),
+        Step::Retire => Poke::Retire(lo, hi),
+        s => Poke::Plan(s),
+    }
+}
+
+/// `step` with its site index moved up by `by`.
+fn shift(step: Step, by: usize) -> Step {
+    match step {
+        Step::WriteGuard(i) => Step::WriteGuard(i + by),
+        Step::WriteTail(i) => Step::WriteTail(i + by),
+        Step::Emit(i) => Step::Emit(i + by),
+        Step::WriteHead(i) => Step::WriteHead(i + by),
+        Step::WriteWhole(i) => Step::WriteWhole(i + by),
+        Step::EmitBefore(i) => Step::EmitBefore(i + by),
+        Step::EmitAfter(i) => Step::EmitAfter(i + by),
+        s @ (Step::Park | Step::Unpark | Step::Publish | Step::Sync | Step::Retire) => s,
+    }
+}
+
 /// One point of the exploration.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 struct State {
@@ -301,8 +432,8 @@ struct State {
     announced: Vec<bool>,
     /// Inside a parked section: no CPU executes.
     parked: bool,
-    /// Sites the per-address table resolves (the real engine: all of the batch, or none).
-    published: bool,
+    /// Sites the per-address table resolves (the real engine: all of a batch, or none of it).
+    published: Vec<bool>,
     /// The single-slot table's current site.
     slot: Option<usize>,
     /// After a failed write: where each site stood then, and the recovery's steps still to do.
@@ -324,7 +455,7 @@ impl State {
             parked: false,
             mem,
             views,
-            published: false,
+            published: vec![false; batch.changes.len()],
             slot: None,
             failed: None,
         }
@@ -349,7 +480,10 @@ impl State {
     }
 
     /// If `step` writes text: its site, and the site's whole text once written.
-    fn written(&self, batch: &Batch, step: Step) -> Option<(usize, Vec<u8>)> {
+    fn written(&self, batch: &Batch, step: Poke) -> Option<(usize, Vec<u8>)> {
+        let Poke::Plan(step) = step else {
+            return None;
+        };
         let (site, text) = match step {
             Step::WriteGuard(i) => {
                 let guard = batch.guard(i);
@@ -430,7 +564,7 @@ impl State {
         let unsynced = batch.steps[..=self.pc]
             .iter()
             .rev()
-            .take_while(|s| !matches!(s, Step::Sync | Step::Unpark))
+            .take_while(|s| !matches!(s, Poke::Plan(Step::Sync | Step::Unpark)))
             .any(|s| self.written(batch, *s).is_some());
         let undo = match recover {
             Recover::Plan | Recover::PlanForgettingWrites => Recovery::new(
@@ -472,7 +606,7 @@ impl State {
         }
         next.failed = Some((stranded.clone(), rest.to_vec()));
         if rest.is_empty() {
-            next.published = false;
+            next.published.fill(false);
         }
         Some(next)
     }
@@ -488,16 +622,24 @@ impl State {
         if let Some((site, text)) = self.written(batch, step) {
             next.mem[site] = text;
         }
+        let step = match step {
+            Poke::Plan(s) => s,
+            Poke::Publish(lo, hi) => {
+                next.published[lo..hi].fill(true);
+                return Some(next);
+            }
+            Poke::Retire(lo, hi) => {
+                next.published[lo..hi].fill(false);
+                next.slot = None;
+                return Some(next);
+            }
+            Poke::Return(..) => return Some(next),
+        };
         match step {
             Step::Park => next.parked = true,
             Step::Unpark => {
                 next.parked = false;
                 next.sync_all();
-            }
-            Step::Publish => next.published = true,
-            Step::Retire => {
-                next.published = false;
-                next.slot = None;
             }
             Step::WriteGuard(i) => {
                 if batch.protocol == Protocol::SingleSlotTable {
@@ -507,9 +649,26 @@ impl State {
             Step::Sync => next.sync_all(),
             Step::Emit(i) | Step::EmitAfter(i) => next.recorded[i] = true,
             Step::EmitBefore(i) => next.announced[i] = true,
+            // Plans publish and retire through `poke()`.
+            Step::Publish | Step::Retire => unreachable!("a plan's table step is a Poke"),
             Step::WriteTail(_) | Step::WriteHead(_) | Step::WriteWhole(_) => {}
         }
         Some(next)
+    }
+
+    /// Whether every CPU executes each site of `lo..hi` as its new instruction: its view holds
+    /// the text, which is the new instruction, or a guard the table resolves.
+    fn in_effect(&self, batch: &Batch, lo: usize, hi: usize) -> bool {
+        let sites = self.sites();
+        (lo..hi).all(|site| {
+            self.mem[site] == batch.changes[site].new.as_slice()
+                && self
+                    .views
+                    .iter()
+                    .skip(site)
+                    .step_by(sites)
+                    .all(|v| *v == self.mem[site] || (batch.is_guard(v) && self.published[site]))
+        })
     }
 
     /// Classifies CPU `cpu` executing site `site` now.
@@ -521,7 +680,7 @@ impl State {
             // any other site is not recognized.
             let resolved = match batch.protocol {
                 Protocol::SingleSlotTable => self.slot == Some(site),
-                Protocol::Plan(_) => self.published,
+                Protocol::Plan(_) => self.published[site],
             };
             return if resolved {
                 Outcome::Trapped
@@ -588,6 +747,11 @@ impl State {
         }
         if self.failed.is_none() && self.unsafe_write(batch, cpus) {
             report.violation(Violation::UnsafeConcurrentModification);
+        }
+        if let (None, Some(&Poke::Return(lo, hi))) = (&self.failed, batch.steps.get(self.pc)) {
+            if !self.in_effect(batch, lo, hi) {
+                report.violation(Violation::StaleAtReturn);
+            }
         }
         if let Some(recover) = batch.failing.filter(|_| self.failed.is_none()) {
             next.extend(self.fail(batch, recover));
