@@ -751,9 +751,13 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 e.addr
             );
             self.text.hold_to_end();
+            let held = self.text.hold();
             let (cpu, time) = {
                 let _pinned = NoPreempt::new();
-                record_bytes(self.engine, e.addr, e.change.new.as_slice(), now);
+                self.engine
+                    .exports
+                    .generic
+                    .text_poke(held, e.addr, e.change.new.as_slice(), now);
                 (cpu::current(), clock::now())
             };
             self.engine
@@ -1094,11 +1098,12 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// pokers.
     fn emit(&mut self, i: usize, e: &Entry, what: Emit) {
         self.text.hold_to_end();
+        let held = self.text.hold();
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
             // one CPU so the log names the right one.
             let _pinned = NoPreempt::new();
-            text_poke_record(self.engine, e, what);
+            text_poke_record(self.engine, held, e, what);
             (cpu::current(), clock::now())
         };
         self.logged(i, e, what, time, cpu);
@@ -1340,25 +1345,10 @@ impl Emit {
     }
 }
 
-/// Calls `perf_event_text_poke()` for `e`.
-fn text_poke_record(engine: &Engine, e: &Entry, what: Emit) {
+/// Emits `e`'s `PERF_RECORD_TEXT_POKE` as `what` says, under `text_mutex` (`held`).
+fn text_poke_record(engine: &Engine, held: &HoldsText, e: &Entry, what: Emit) {
     let (old, new) = what.bytes(e);
-    record_bytes(engine, e.addr, old, new);
-}
-
-/// Calls `perf_event_text_poke()` for the change at `addr` from `old` to `new`.
-fn record_bytes(engine: &Engine, addr: u64, old: &[u8], new: &[u8]) {
-    // SAFETY: `old` and `new` are valid for their lengths; the function copies them into the
-    // ring buffers of interested events and keeps no reference.
-    unsafe {
-        (engine.exports.generic.perf_event_text_poke)(
-            addr as usize as *const c_void,
-            old.as_ptr().cast::<c_void>(),
-            old.len(),
-            new.as_ptr().cast::<c_void>(),
-            new.len(),
-        )
-    };
+    engine.exports.generic.text_poke(held, e.addr, old, new);
 }
 
 /// What the CPUs of a parked section share.
@@ -1430,7 +1420,7 @@ unsafe extern "C" fn parked_section(data: *mut c_void) -> c_int {
                     .store(-(kernel::bindings::EINVAL as i32), Ordering::Relaxed);
                 break;
             }
-            text_poke_record(p.engine, e, Emit::Change);
+            text_poke_record(p.engine, p.held, e, Emit::Change);
             // SAFETY: `i` is below `emitted_len`, for which `emitted` is valid (caller), and
             // only this CPU writes it while the others spin.
             unsafe { p.emitted.add(i).write((clock::now(), cpu::current())) };

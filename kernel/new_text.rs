@@ -42,7 +42,7 @@ use crate::module_notifier::ModuleState;
 use crate::module_text::Module;
 use crate::patch_series::HoldsText;
 use core::sync::atomic::Ordering;
-use kernel::{ffi::c_void, prelude::*};
+use kernel::prelude::*;
 
 /// The notifier's priority: the lowest, so that at `COMING` every other notifier has made its
 /// changes to the module's text, and at `GOING` every other has stopped changing it.
@@ -144,16 +144,9 @@ fn describe(engine: &Engine, held: &HoldsText, module: &Module, part: Part) {
         let n = CHUNK.min((end - addr) as usize);
         // SAFETY: `[addr, addr + n)` lies in the module's text, which is mapped, readable, and
         // not freed while its notifiers run; `text_mutex` (held) keeps every writer out of it
-        // meanwhile. The function copies the bytes into the listeners' buffers.
-        unsafe {
-            (generic.perf_event_text_poke)(
-                addr as usize as *const c_void,
-                core::ptr::null(),
-                0,
-                addr as usize as *const c_void,
-                n,
-            )
-        };
+        // while the slice lives (to the end of this iteration).
+        let bytes = unsafe { core::slice::from_raw_parts(addr as usize as *const u8, n) };
+        generic.text_poke(held, addr, &[], bytes);
         records += 1;
         addr += n as u64;
     }

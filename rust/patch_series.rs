@@ -249,6 +249,31 @@ impl Generic {
         unsafe { (self.perf_text_poke_listening)() }
     }
 
+    /// Emits a `PERF_RECORD_TEXT_POKE` of `[addr, addr + new.len())` changing from `old` to
+    /// `new` (`old` empty: text that appears, described whole). Under `text_mutex` (`_held`),
+    /// as upstream emits its own, so the records are ordered with every text change and with a
+    /// listener's start (see [`Generic::listening`]). perf stamps the record on the calling
+    /// CPU: a caller that logs where it went keeps preemption off around both.
+    pub(crate) fn text_poke(&self, _held: &HoldsText, addr: u64, old: &[u8], new: &[u8]) {
+        let old_ptr = if old.is_empty() {
+            core::ptr::null()
+        } else {
+            old.as_ptr().cast::<c_void>()
+        };
+        // SAFETY: `old` and `new` are valid for their lengths (`old` unread when empty); the
+        // function copies them into the ring buffers of interested events and keeps no
+        // reference, and reads nothing at `addr`.
+        unsafe {
+            (self.perf_event_text_poke)(
+                addr as usize as *const c_void,
+                old_ptr,
+                old.len(),
+                new.as_ptr().cast::<c_void>(),
+                new.len(),
+            )
+        };
+    }
+
     /// Emits a `PERF_RECORD_KSYMBOL` of type `OOL` for `[addr, addr + len)` named `name`: a
     /// register (perf maps the range and fills it from the text-poke records that follow), or
     /// with `unregister` its removal. Under `text_mutex`, so it is ordered with every text
