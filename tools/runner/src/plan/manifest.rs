@@ -403,10 +403,7 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
                     "textpoke_agent",
                 );
                 suite.variant = Variant::Kasan;
-                // Each way of the function-graph tracer's toggle takes minutes on the arm64 one
-                // (the CFI kernel), two to seven of them with the host's load, and with it the
-                // suite 25 to over 30: 45 leaves a hang the only reason to be killed.
-                suite.timeout = 2700;
+                suite.timeout = 1800;
                 suite.append.push_str(&Role::Checked.append());
                 suite.append.push(' ');
                 suite.append.push_str(KASAN_APPEND);
