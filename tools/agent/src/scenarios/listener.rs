@@ -314,11 +314,63 @@ pub fn replay(
     Ok(s)
 }
 
-/// Keeps of `pokes` the listener's own: those timed from `arriving_from`
-/// ([`Recorder::arriving_from`]) on. Before it, a batch done before the copy may have reached
-/// only the events of the CPUs that had arrived, and the copy holds its writes.
-pub fn from_last_arrival(pokes: &mut Vec<TextPokeRec>, arriving_from: u64) {
-    pokes.retain(|p| p.time >= arriving_from);
+/// Keeps of `pokes` those timed from `cut` on.
+pub fn from_last_arrival(pokes: &mut Vec<TextPokeRec>, cut: u64) {
+    pokes.retain(|p| p.time >= cut);
+}
+
+/// The listener's copy of `[base, base + copy.len())`, read before `copied_by`, with its
+/// records replayed ([`replay`]), against `now`, the text at the end: `Ok` if it ends equal to
+/// it with the records from some moment of the listener's last arrival on.
+///
+/// The last of a recorder's per-CPU events arrives at a moment known only to lie in `arrival`:
+/// after [`Recorder::arriving_from`], before its open returned. A batch done before that
+/// moment may have reached only the events of the CPUs that had arrived (a record of it lost
+/// and the site's chain broken), and the copy, read after, holds its writes; from that moment
+/// on every record arrives. So the replay is tried with every record, then from each end of
+/// `arrival` on, and the first that ends equal to the text is the listener's. Every cut lies
+/// before the copy was read, so a change after the copy still needs its record.
+pub fn replay_from_arrival(
+    base: u64,
+    copy: &[u8],
+    now: &[u8],
+    pokes: &[TextPokeRec],
+    copied_by: u64,
+    (from, by): (u64, u64),
+) -> Result<Start, String> {
+    let mut failed = Vec::new();
+    for (cut, what) in [
+        (0, "with every record"),
+        (from, "from the last arrival's start on"),
+        (by, "from the open's return on"),
+    ] {
+        let mut kept = pokes.to_vec();
+        from_last_arrival(&mut kept, cut);
+        let mut replayed = copy.to_vec();
+        let outcome = replay(base, &mut replayed, &kept, copied_by).and_then(|s| {
+            // arm64 ftrace's ops literals are data, which nobody records (as for every
+            // transition of `kernel_patching`).
+            if !is_x86() {
+                kernel_patching::copy_ftrace_literals(&mut replayed, now);
+            }
+            match kernel_patching::first_difference(base, now, &replayed) {
+                Some(a) => Err(format!(
+                    "{COPY} with its records ends unlike the text at {a:#x}"
+                )),
+                None => Ok(s),
+            }
+        });
+        match outcome {
+            Ok(s) => {
+                return Ok(Start {
+                    early: pokes.len() - kept.len(),
+                    ..s
+                })
+            }
+            Err(e) => failed.push(format!("{what}: {e}")),
+        }
+    }
+    Err(failed.join("; "))
 }
 
 /// Whether `bytes` begin with textpoke's guard (x86 `INT3`, arm64 `BRK #0x008`).
@@ -514,6 +566,7 @@ pub fn one_start(
         Storm::ModuleOnly => 64,
     };
     let opened = Recorder::open_monotonic(&RecorderConfig { data_pages });
+    let arrived_by = sys::monotonic_ns();
     let copies: Result<Vec<Vec<u8>>, String> = regions
         .iter()
         .map(|&(base, len)| kcore.read(base, len).map_err(|e| format!("kcore: {e}")))
@@ -531,30 +584,29 @@ pub fn one_start(
     };
     let rec = opened.map_err(|e| format!("opening the recorder: {e}"))?;
     ran.map_err(|e| format!("run {STORM_SPEC}: errno {e}"))?;
-    let arriving_from = rec.arriving_from();
-    let mut drain = rec.drain_whole()?;
-    let received = drain.pokes.len();
-    from_last_arrival(&mut drain.pokes, arriving_from);
+    let arrival = (rec.arriving_from(), arrived_by);
+    let drain = rec.drain_whole()?;
     let copies = copies?;
+    // The observer's, with its copy taken after the arrival's end.
+    let mut observed = drain.pokes.clone();
+    from_last_arrival(&mut observed, arrival.0);
     if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
         match collected {
             Ok(c) => watch.add(
                 sites,
                 watched,
                 (regions[0].0, &copies[0]),
-                &drain.pokes,
+                &observed,
                 copied_by,
                 c,
             ),
             Err(e) => watch.errors.push(format!("starting the observer: {e}")),
         }
     }
-    let mut total = Start {
-        early: received - drain.pokes.len(),
-        ..Start::default()
-    };
-    for (i, (&(base, len), mut copy)) in regions.iter().zip(copies).enumerate() {
-        let s = replay(base, &mut copy, &drain.pokes, copied_by)?;
+    let mut total = Start::default();
+    for (i, (&(base, len), copy)) in regions.iter().zip(copies).enumerate() {
+        let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+        let s = replay_from_arrival(base, &copy, &now, &drain.pokes, copied_by, arrival)?;
         // With the observer a whole run of the exerciser's flips began after the copy, with
         // the listener there: its batches were guarded and recorded.
         if again && i == 0 && s.replayed == 0 {
@@ -564,17 +616,7 @@ pub fn one_start(
                     .to_owned(),
             );
         }
-        let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
-        // arm64 ftrace's ops literals are data, which nobody records (as for every transition
-        // of `kernel_patching`).
-        if !is_x86() {
-            kernel_patching::copy_ftrace_literals(&mut copy, &now);
-        }
-        if let Some(a) = kernel_patching::first_difference(base, &now, &copy) {
-            return Err(format!(
-                "{COPY} with its records ends unlike the text at {a:#x}"
-            ));
-        }
+        total.early += s.early;
         total.replayed += s.replayed;
         total.already += s.already;
     }
@@ -835,6 +877,21 @@ mod tests {
         // Those before the copy must have been timed before it.
         let mut copy = vec![2];
         assert!(replay(0x100, &mut copy, &pokes, 5).is_err());
+    }
+
+    #[test]
+    fn the_replay_takes_the_records_from_the_last_arrival_on() {
+        // A batch on an arrived CPU turned the site on at 5, after the last arrival began (4)
+        // but before it ended, one on a CPU whose event had not arrived turned it off at 6 (its
+        // record lost), the open returned at 10, and a batch turned the site on again at 12;
+        // the copy, read by 20, holds it on, as the text does.
+        let pokes = [poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 12)];
+        let s = replay_from_arrival(0x100, &[1], &[1], &pokes, 20, (4, 10)).unwrap();
+        assert_eq!((s.replayed, s.already, s.early), (0, 1, 1));
+        // Every cut fails for a change after the copy without its record.
+        let pokes = [poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 30)];
+        let e = replay_from_arrival(0x100, &[1], &[1], &pokes, 20, (4, 10)).unwrap_err();
+        assert_eq!(e.matches(COPY).count(), 3, "{e}");
     }
 
     #[test]

@@ -163,10 +163,8 @@ fn replayed_equals(
 }
 
 /// Judges a recorder's `copy` of the kernel text `(base, len)` and the `pokes` it received,
-/// against the text now: the copy was read before `copied_by`, the recorder's last event
-/// arrived about `arrived` (no earlier, for the recorder of our own,
-/// [`Recorder::arriving_from`]; when perf's copy began, so no later, for perf), and the storm
-/// made `toggles` toggles.
+/// against the text now: the copy was read before `copied_by`, every event of the recorder had
+/// its buffer by `arrived`, and the storm made `toggles` toggles.
 ///
 /// With every record, or else with those timed from `arrived` on: a recorder with one event per
 /// CPU receives part of the records of a batch that ran while its events got their buffers one
@@ -271,6 +269,7 @@ fn late_start(kcore: &Kcore, delay: Duration) -> Result<Start, String> {
     let storm = storm(stop.clone(), false);
     std::thread::sleep(delay);
     let opened = Recorder::open_monotonic_mapped_late(&RecorderConfig { data_pages: 1024 }, GAP);
+    let arrived = sys::monotonic_ns();
     // From here on only the update under way changes the text.
     stop.store(true, Ordering::Release);
     let copy = kcore
@@ -279,7 +278,6 @@ fn late_start(kcore: &Kcore, delay: Duration) -> Result<Start, String> {
     let copied_by = sys::monotonic_ns();
     let toggles = storm.join().unwrap_or(Err("the storm panicked".into()))?;
     let recorder = opened.map_err(|e| format!("opening the recorder: {e}"))?;
-    let arrived = recorder.arriving_from();
     let drain = recorder.drain_whole()?;
     judge(
         text,
