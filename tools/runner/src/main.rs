@@ -222,8 +222,11 @@ struct BootArgs {
     /// Guest memory in MiB.
     #[arg(long, value_name = "MB", default_value_t = 1024)]
     mem: u32,
-    /// Hard limit on QEMU's run time, from its start.
+    /// How long the console may stay silent before the boot counts as hung.
     #[arg(long, value_name = "SECS", default_value_t = 900)]
+    silence: u64,
+    /// Hard limit on QEMU's run time, from its start.
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
     timeout: u64,
     /// Extra kernel arguments.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
@@ -592,7 +595,8 @@ fn boot(args: BootArgs) -> Result<bool> {
         variant: Variant::Patched,
         smp: args.smp,
         mem_mb: args.mem,
-        timeout: args.timeout,
+        silence: args.silence,
+        cap: args.timeout,
         append: args.append.unwrap_or_default(),
         expect: args.expect.expect,
         expect_log: args.expect.expect_log,

@@ -65,7 +65,8 @@ fn plan_boots(out: &Path, names: &[(&str, &str)]) {
                 "variant": "patched",
                 "smp": 2,
                 "mem_mb": 1024,
-                "timeout": 900,
+                "silence": 600,
+                "cap": 900,
                 "append": "",
                 "expect": expect,
                 "expect_log": null,
@@ -324,6 +325,40 @@ fn timeout_kills_the_emulator() {
     let path = s.out().join("hang.log");
     let o = run(&["parse", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        common::stdout(&o).contains("verdict timeout"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_silent_console_kills_the_emulator() {
+    let s = Scratch::new("silent");
+    let hang = s.fake_qemu(
+        "silent",
+        "printf 'KTAP version 1\\n1..3\\nok 1 a\\n'; exec sleep 600",
+    );
+    let start = Instant::now();
+    let (o, r) = boot(
+        &s,
+        "silent",
+        &hang,
+        &["--silence", "2", "--timeout", "600", "--expect", "timeout"],
+    );
+    assert!(start.elapsed().as_secs() < 20);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        r["reason"],
+        "timeout as expected: timeout: qemu killed after 2 s without console output"
+    );
+    let log = log_of(&s, "silent");
+    assert!(
+        log.ends_with("[textpoke-runner] timeout: killed qemu after 2 s without console output\n"),
+        "{log}"
+    );
+    let path = s.out().join("silent.log");
+    let o = run(&["parse", path.to_str().unwrap()]);
     assert!(
         common::stdout(&o).contains("verdict timeout"),
         "{}",

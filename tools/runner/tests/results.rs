@@ -28,7 +28,7 @@ fn set_time(path: &Path, t: SystemTime) {
 fn boot(name: &str, arch: &str, smp: u32, expect: &str, kunit_check: bool) -> Value {
     json!({
         "name": name, "arch": arch, "variant": "patched", "smp": smp, "mem_mb": 1024,
-        "timeout": 900, "append": "", "expect": expect, "expect_log": null, "require": [],
+        "silence": 600, "cap": 900, "append": "", "expect": expect, "expect_log": null, "require": [],
         "kunit_check": kunit_check,
     })
 }

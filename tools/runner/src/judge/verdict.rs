@@ -145,8 +145,13 @@ pub fn judge(log: &str, outcome: &Outcome, require: &[String]) -> Judgement {
             Verdict::Timeout,
             format!("timeout: qemu killed after {secs} s"),
         )
+    } else if let Outcome::Silent(secs) = outcome {
+        (
+            Verdict::Timeout,
+            format!("timeout: qemu killed after {secs} s without console output"),
+        )
     } else if let Some(why) = match outcome {
-        Outcome::Exited(0) | Outcome::Unknown | Outcome::TimedOut(_) => None,
+        Outcome::Exited(0) | Outcome::Unknown | Outcome::TimedOut(_) | Outcome::Silent(_) => None,
         Outcome::Exited(code) => Some(format!("qemu exited with status {code}")),
         Outcome::Signalled(sig) => Some(format!("qemu killed by signal {sig}")),
         Outcome::SpawnFailed(err) => Some(format!("qemu could not be started: {err}")),

@@ -100,6 +100,7 @@ pub fn record(
         log: log.to_owned(),
         seconds: 0.0,
         started: 0.0,
+        longest_silence: 0.0,
         qemu_status: None,
         command: Vec::new(),
     };
@@ -177,7 +178,10 @@ pub fn boot(
     let run = qemu::run(
         &cmd,
         &log_path,
-        Duration::from_secs(boot.timeout),
+        qemu::Limits {
+            silence: Duration::from_secs(boot.silence),
+            cap: Duration::from_secs(boot.cap),
+        },
         &mut progress,
     )
     .map_err(|e| format!("running {}: {e}", cmd[0]))?;
@@ -199,6 +203,7 @@ pub fn boot(
             log: log_path.display().to_string(),
             seconds: (run.seconds * 10.0).round() / 10.0,
             started,
+            longest_silence: (run.longest_silence * 10.0).round() / 10.0,
             qemu_status: run.outcome.exit_status(),
             command: cmd,
         },
@@ -379,6 +384,7 @@ pub fn kunit_check(boot: &BootReport, kunit: &Path, out: &Path) -> Result<BootRe
         log: rundir::log(out, &name).display().to_string(),
         seconds: 0.0,
         started: 0.0,
+        longest_silence: 0.0,
         qemu_status: None,
         command: vec![
             "python3".into(),

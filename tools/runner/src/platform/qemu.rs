@@ -158,7 +158,9 @@ pub enum Outcome {
     Exited(i32),
     /// It died of this signal, not sent by the runner.
     Signalled(i32),
-    /// The runner killed it after this many seconds.
+    /// The runner killed it after its console had been silent this many seconds.
+    Silent(u64),
+    /// The runner killed it after this many seconds, though its console was not silent.
     TimedOut(u64),
     /// It could not be started.
     SpawnFailed(String),
@@ -173,6 +175,9 @@ impl Outcome {
         match self {
             Self::Exited(code) => format!("{MARKER}qemu exited with status {code}"),
             Self::Signalled(sig) => format!("{MARKER}qemu killed by signal {sig}"),
+            Self::Silent(secs) => {
+                format!("{MARKER}timeout: killed qemu after {secs} s without console output")
+            }
             Self::TimedOut(secs) => format!("{MARKER}timeout: killed qemu after {secs} s"),
             Self::SpawnFailed(err) => format!("{MARKER}could not start qemu: {err}"),
             Self::Unknown => format!("{MARKER}qemu outcome unknown"),
@@ -193,7 +198,11 @@ impl Outcome {
                 } else if let Some(rest) = m.strip_prefix("qemu killed by signal ") {
                     number(rest).map(Self::Signalled)
                 } else if let Some(rest) = m.strip_prefix("timeout: killed qemu after ") {
-                    number(rest).map(Self::TimedOut)
+                    if rest.ends_with(" without console output") {
+                        number(rest).map(Self::Silent)
+                    } else {
+                        number(rest).map(Self::TimedOut)
+                    }
                 } else {
                     m.strip_prefix("could not start qemu: ")
                         .map(|e| Self::SpawnFailed(e.to_owned()))
@@ -220,6 +229,25 @@ pub struct Run {
     pub log: String,
     /// Wall time from spawn to exit, in seconds.
     pub seconds: f64,
+    /// The longest the console stayed silent while QEMU ran (from its start to its first line,
+    /// between two lines, or from the last line to its end), in seconds: what
+    /// [`Limits::silence`] must exceed with room to spare.
+    pub longest_silence: f64,
+}
+
+/// When the runner gives up on a QEMU run.
+///
+/// A hang is a console that stops: the guest prints a KTAP line per case and the kernel its
+/// reports, so silence is what tells a hang from a slow guest. The run time alone cannot: on
+/// two host cores shared with kernel builds, a TCG guest runs several times slower than alone,
+/// and a limit on it would be a timed assertion on the host's load. The cap only ends a guest
+/// that never stops printing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest the console may stay silent.
+    pub silence: Duration,
+    /// The longest the run may take at all.
+    pub cap: Duration,
 }
 
 /// How long QEMU gets to exit after SIGTERM before it is killed.
@@ -346,7 +374,7 @@ fn terminate(child: &mut Child) -> io::Result<()> {
 }
 
 /// Runs `cmd`, streaming its stdout (the serial console) to `log_path` line by line and its
-/// stderr as marked notes, and kills it if it runs longer than `timeout`. `on_console_line`
+/// stderr as marked notes, and kills it when it passes one of `limits`. `on_console_line`
 /// sees each console line as it arrives.
 ///
 /// The log starts with the command line and ends with a line recording the outcome (see
@@ -354,7 +382,7 @@ fn terminate(child: &mut Child) -> io::Result<()> {
 pub fn run(
     cmd: &[String],
     log_path: &Path,
-    timeout: Duration,
+    limits: Limits,
     on_console_line: &mut dyn FnMut(&str),
 ) -> io::Result<Run> {
     let mut sink = Sink {
@@ -363,10 +391,14 @@ pub fn run(
         partial: [Vec::new(), Vec::new()],
     };
     sink.note(&format!("{MARKER}command: {}", shell_words(cmd)))?;
-    sink.note(&format!("{MARKER}timeout: {} s", timeout.as_secs()))?;
+    sink.note(&format!(
+        "{MARKER}timeout: {} s without console output, {} s in all",
+        limits.silence.as_secs(),
+        limits.cap.as_secs()
+    ))?;
 
     let start = Instant::now();
-    let deadline = start + timeout;
+    let deadline = start + limits.cap;
     let spawned = Command::new(&cmd[0])
         .args(&cmd[1..])
         .stdin(Stdio::null())
@@ -382,6 +414,7 @@ pub fn run(
                 outcome,
                 log: sink.text,
                 seconds: start.elapsed().as_secs_f64(),
+                longest_silence: 0.0,
             });
         }
     };
@@ -396,14 +429,31 @@ pub fn run(
     thread::spawn(move || reader(stderr, Stream::Err, tx_err));
 
     let mut open = 2;
-    let mut receive = |sink: &mut Sink, until: Instant, open: &mut usize| -> io::Result<bool> {
+    let mut heard = start;
+    let mut longest_silence = Duration::ZERO;
+    // Takes QEMU's output until both pipes close (true) or `until` says stop (false); the
+    // console's last output moves the silence limit on.
+    let mut receive = |sink: &mut Sink,
+                       until: &dyn Fn(Instant) -> Instant,
+                       open: &mut usize,
+                       heard: &mut Instant,
+                       longest: &mut Duration|
+     -> io::Result<bool> {
         while *open > 0 {
             let now = Instant::now();
-            if now >= until {
+            let end = until(*heard);
+            if now >= end {
                 return Ok(false);
             }
-            match rx.recv_timeout(until - now) {
-                Ok(Msg::Data(s, data)) => sink.feed(s, &data, false, on_console_line)?,
+            match rx.recv_timeout(end - now) {
+                Ok(Msg::Data(s, data)) => {
+                    if s == Stream::Out {
+                        let now = Instant::now();
+                        *longest = (*longest).max(now - *heard);
+                        *heard = now;
+                    }
+                    sink.feed(s, &data, false, on_console_line)?;
+                }
                 Ok(Msg::Eof(s)) => {
                     sink.feed(s, &[], true, on_console_line)?;
                     *open -= 1;
@@ -415,20 +465,41 @@ pub fn run(
         Ok(true)
     };
 
-    let status = if receive(&mut sink, deadline, &mut open)? {
-        wait_until(&mut child, deadline)?
+    let limit = |heard: Instant| deadline.min(heard + limits.silence);
+    let status = if receive(
+        &mut sink,
+        &limit,
+        &mut open,
+        &mut heard,
+        &mut longest_silence,
+    )? {
+        wait_until(&mut child, limit(heard))?
     } else {
         None
     };
     let outcome = match status {
         Some(status) => exit_outcome(status),
         None => {
+            let now = Instant::now();
             terminate(&mut child)?;
-            Outcome::TimedOut(timeout.as_secs())
+            if now >= deadline {
+                Outcome::TimedOut(limits.cap.as_secs())
+            } else {
+                Outcome::Silent(limits.silence.as_secs())
+            }
         }
     };
+    longest_silence = longest_silence.max(heard.elapsed().min(limits.silence));
     let seconds = start.elapsed().as_secs_f64();
-    receive(&mut sink, Instant::now() + DRAIN, &mut open)?;
+    let drained = Instant::now() + DRAIN;
+    let mut after_the_end = Duration::ZERO;
+    receive(
+        &mut sink,
+        &|_| drained,
+        &mut open,
+        &mut heard,
+        &mut after_the_end,
+    )?;
     for s in [Stream::Out, Stream::Err] {
         sink.feed(s, &[], true, on_console_line)?;
     }
@@ -437,6 +508,7 @@ pub fn run(
         outcome,
         log: sink.text,
         seconds,
+        longest_silence: longest_silence.as_secs_f64(),
     })
 }
 
@@ -507,11 +579,53 @@ mod tests {
             Outcome::Exited(3),
             Outcome::Signalled(9),
             Outcome::TimedOut(900),
+            Outcome::Silent(600),
             Outcome::SpawnFailed("No such file or directory (os error 2)".into()),
         ] {
             let log = format!("{MARKER}command: qemu\nboot\n{}\n", o.marker());
             assert_eq!(Outcome::from_log(&log), o);
         }
         assert_eq!(Outcome::from_log("plain serial log\n"), Outcome::Unknown);
+    }
+
+    fn run_sh(script: &str, silence: u64, cap: u64) -> Run {
+        let dir = std::env::temp_dir().join(format!("qemu-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{silence}-{cap}.log"));
+        let cmd = ["sh".to_string(), "-c".into(), script.into()];
+        let limits = Limits {
+            silence: Duration::from_secs(silence),
+            cap: Duration::from_secs(cap),
+        };
+        run(&cmd, &log, limits, &mut |_| {}).unwrap()
+    }
+
+    #[test]
+    fn a_console_that_keeps_talking_outlives_the_silence_limit() {
+        // Three seconds of lines a quarter second apart, under a two-second silence limit.
+        let r = run_sh(
+            "i=0; while [ $i -lt 12 ]; do echo $i; sleep 0.25; i=$((i+1)); done",
+            2,
+            60,
+        );
+        assert_eq!(r.outcome, Outcome::Exited(0));
+        assert!(r.seconds >= 2.5, "{}", r.seconds);
+        assert!(r.longest_silence < 2.0, "{}", r.longest_silence);
+    }
+
+    #[test]
+    fn a_silent_console_is_a_hang() {
+        let r = run_sh("echo started; sleep 60", 1, 60);
+        assert_eq!(r.outcome, Outcome::Silent(1));
+        assert!(r.seconds < 30.0, "{}", r.seconds);
+        assert!(r.log.contains("without console output"));
+        assert_eq!(Outcome::from_log(&r.log), Outcome::Silent(1));
+    }
+
+    #[test]
+    fn a_console_that_never_stops_meets_the_cap() {
+        let r = run_sh("while true; do echo tick; sleep 0.1; done", 5, 1);
+        assert_eq!(r.outcome, Outcome::TimedOut(1));
+        assert!(r.longest_silence < 5.0, "{}", r.longest_silence);
     }
 }

@@ -41,6 +41,8 @@ pub struct BootTime {
     pub started: f64,
     /// QEMU's wall time.
     pub seconds: f64,
+    /// The longest the console stayed silent.
+    pub longest_silence: f64,
     /// The agent's groups, as its console logged them.
     pub groups: Vec<(String, f64)>,
 }
@@ -68,6 +70,7 @@ pub fn read(dir: &Path, entries: &[Entry]) -> Result<Times, String> {
             name: r.name.clone(),
             started: r.started,
             seconds: r.seconds,
+            longest_silence: r.longest_silence,
             groups: std::fs::read_to_string(&r.log)
                 .map(|c| groups(&c))
                 .unwrap_or_default(),
@@ -205,6 +208,14 @@ pub fn markdown(t: &Times) -> String {
         totals.join(" | "),
         secs(all)
     );
+    let silences: Vec<String> = timed.iter().map(|b| secs(b.longest_silence)).collect();
+    let longest = timed.iter().map(|b| b.longest_silence).fold(0.0, f64::max);
+    let _ = writeln!(
+        out,
+        "| (the longest silent console) | {} | {} |",
+        silences.join(" | "),
+        secs(longest)
+    );
     out
 }
 
@@ -244,12 +255,14 @@ mod tests {
                     name: "x86_64-smp2".to_owned(),
                     started: 700.0,
                     seconds: 300.0,
+                    longest_silence: 41.0,
                     groups: vec![("listener".to_owned(), 20.0), ("scenario".to_owned(), 5.0)],
                 },
                 BootTime {
                     name: "x86_64-smp4".to_owned(),
                     started: 700.0,
                     seconds: 250.0,
+                    longest_silence: 12.0,
                     groups: vec![("listener".to_owned(), 30.0)],
                 },
             ],
@@ -272,6 +285,10 @@ mod tests {
         assert!(md.contains("| scenario | 5 |  | 5 |"), "{md}");
         assert!(
             md.contains("| (the whole boot) | 300 | 250 | 550 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| (the longest silent console) | 41 | 12 | 41 |"),
             "{md}"
         );
     }

@@ -74,6 +74,10 @@ pub struct BootReport {
     /// reports written before boots said it): the stage table puts the boot on its time line.
     #[serde(default)]
     pub started: f64,
+    /// The longest the console stayed silent, in seconds (0 in a host check's report, and in
+    /// reports written before boots said it): the margin under the boot's silence limit.
+    #[serde(default)]
+    pub longest_silence: f64,
     /// QEMU's exit status, if it exited by itself.
     #[serde(default)]
     pub qemu_status: Option<i32>,
@@ -103,6 +107,8 @@ pub struct BootInfo {
     pub seconds: f64,
     /// When QEMU started, in seconds since the Unix epoch.
     pub started: f64,
+    /// The longest the console stayed silent, in seconds.
+    pub longest_silence: f64,
     /// QEMU's exit status.
     pub qemu_status: Option<i32>,
     /// QEMU command line.
@@ -143,6 +149,7 @@ impl BootReport {
             log: info.log,
             seconds: info.seconds,
             started: info.started,
+            longest_silence: info.longest_silence,
             qemu_status: info.qemu_status,
             command: info.command,
         }
@@ -244,6 +251,7 @@ pub(crate) mod tests {
             log: format!("out/{name}.log"),
             seconds: 12.34,
             started: 0.0,
+            longest_silence: 0.0,
             qemu_status: Some(0),
             command: vec!["qemu-system-x86_64".into()],
         }
