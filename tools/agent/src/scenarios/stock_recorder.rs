@@ -129,46 +129,14 @@ fn kcore_dir_seen(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Option<u64>>
     })
 }
 
-/// Replays `pokes` onto `copy`, the kernel text from `base` as the recorder copied it before
-/// `copied_by`, and compares the result with `now`: the number of records replayed.
-fn replayed_equals(
-    base: u64,
-    now: &[u8],
-    mut copy: Vec<u8>,
-    pokes: &[TextPokeRec],
-    copied_by: u64,
-) -> Result<usize, String> {
-    let replayed = listener::replay(base, &mut copy, pokes, copied_by)?;
-    // arm64 ftrace's ops literals are data, which nobody records.
-    if !is_x86() {
-        kernel_patching::copy_ftrace_literals(&mut copy, now);
-    }
-    if let Some(a) = kernel_patching::first_difference(base, now, &copy) {
-        let at = (a - base) as usize;
-        let bytes = |b: &[u8]| b[at..(at + 8).min(b.len())].to_vec();
-        let here: Vec<String> = pokes
-            .iter()
-            .filter(|p| p.addr <= a && a < p.addr + p.new.len() as u64)
-            .map(|p| format!("{:02x?} to {:02x?} at {}", p.old, p.new, p.time))
-            .collect();
-        return Err(format!(
-            "the copy with its {} records ends unlike the text at {a:#x}: {:02x?}, the text \
-             {:02x?}; its records there: {here:?}",
-            pokes.len(),
-            bytes(&copy),
-            bytes(now),
-        ));
-    }
-    Ok(replayed.replayed)
-}
-
 /// Judges a recorder's `copy` of the kernel text `(base, len)` and the `pokes` it received,
 /// against the text now: the copy was read before `copied_by`, every event of the recorder had
 /// its buffer by `arrived`, and the storm made `toggles` toggles.
 ///
-/// With every record, or else with those timed from `arrived` on: a recorder with one event per
-/// CPU receives part of the records of a batch that ran while its events got their buffers one
-/// by one, a batch done before the copy (docs/protocol.md, "When nobody listens").
+/// With every record, or else with those timed from `arrived` on
+/// ([`listener::replay_from_arrival`]): a recorder with one event per CPU receives part of the
+/// records of a batch that ran while its events got their buffers one by one, a batch done
+/// before the copy (docs/protocol.md, "When nobody listens").
 fn judge(
     (base, len): (u64, usize),
     kcore: &Kcore,
@@ -184,28 +152,21 @@ fn judge(
         .filter(|p| p.addr >= base && p.addr < base + len as u64)
         .cloned()
         .collect();
-    let (replayed, partial) = match replayed_equals(base, &now, copy.clone(), &pokes, copied_by) {
-        Ok(replayed) => (replayed, false),
-        Err(whole) => {
-            let after: Vec<TextPokeRec> = pokes
-                .iter()
-                .filter(|p| p.time >= arrived)
-                .cloned()
-                .collect();
-            let replayed = replayed_equals(base, &now, copy, &after, copied_by).map_err(|e| {
-                format!("{e} ({guards} guards in the copy; with every record: {whole})")
-            })?;
-            log(&format!(
-                "stock recorder: the records before the recorder's last buffer (at {arrived}) \
-                 were a part: {whole}"
-            ));
-            (replayed, true)
-        }
-    };
+    let replayed =
+        listener::replay_from_arrival(base, &copy, &now, &pokes, copied_by, (arrived, arrived))
+            .map_err(|e| format!("{e} ({guards} guards in the copy)"))?;
+    let partial = replayed.early > 0;
+    if partial {
+        log(&format!(
+            "stock recorder: {} records before the recorder's last buffer (at {arrived}) were a \
+             part of a batch's",
+            replayed.early
+        ));
+    }
     Ok(Start {
         toggles,
         records: pokes.len(),
-        replayed,
+        replayed: replayed.replayed,
         guards,
         partial,
     })
