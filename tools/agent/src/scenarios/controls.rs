@@ -13,7 +13,7 @@ use textpoke_agent::platform::exerciser::{self, Site};
 use textpoke_agent::platform::guest::{self, load, MODULES};
 use textpoke_agent::platform::kcore::Kcore;
 use textpoke_agent::platform::sys;
-use textpoke_agent::report::ktap::Case;
+use textpoke_agent::report::ktap::{Case, CaseResult};
 use textpoke_core::defects::{self, SeededDefect};
 use textpoke_core::refusal;
 
@@ -493,6 +493,33 @@ fn listener_handshake_control(kcore: &Kcore) -> Case {
     match run() {
         Ok(found) => Case::pass(NAME).with_log(found),
         Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// One record dropped per batch (defect 8) must also fail the listener's floor: with a listener
+/// open, the kernel's batches must bring at least a record per guard they wrote. The replay
+/// after it cannot tell, since the run leaves the text as it found it.
+fn listener_floor_control(kcore: &Kcore) -> Case {
+    const NAME: &str = "control_dropped_record_caught_by_listener_floor";
+    let run = || -> Result<String, String> {
+        let (_, case) = under_defect(defects::DROP_RECORD.mode, |sites| {
+            Ok(crate::scenarios::listener::guarded_case(kcore, sites))
+        })?;
+        floor_caught(&case.result)
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// The floor control's verdict: caught only when the listener's case failed on its floor.
+fn floor_caught(result: &CaseResult) -> Result<String, String> {
+    use crate::scenarios::listener::FEWER_KERNEL_RECORDS;
+    match result {
+        CaseResult::Fail(e) if e.contains(FEWER_KERNEL_RECORDS) => Ok(format!("caught: {e}")),
+        CaseResult::Fail(e) => Err(format!("the check failed, but not on its floor: {e}")),
+        other => Err(format!("not caught: {other:?}")),
     }
 }
 
@@ -1162,6 +1189,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         }
         children.push(other_patchers_control());
         children.push(listener_handshake_control(kcore));
+        children.push(listener_floor_control(kcore));
         children.push(fault_injection_matrix(kcore));
         children.push(listener_in_recovery_case(kcore));
         children.push(text_released_on_failure_control(kcore));
@@ -1442,6 +1470,21 @@ mod tests {
         assert!(handshake_caught(Err("perf lost 3 records".into()))
             .unwrap_err()
             .contains("not on the listener's copy"));
+    }
+
+    #[test]
+    fn the_floor_control_wants_the_floor_to_fail() {
+        use crate::scenarios::listener::FEWER_KERNEL_RECORDS;
+        let floor = format!("3 {FEWER_KERNEL_RECORDS} 6 guards: a listener: ...");
+        assert!(floor_caught(&CaseResult::Fail(floor)).is_ok());
+        assert!(floor_caught(&CaseResult::Pass)
+            .unwrap_err()
+            .starts_with("not caught"));
+        assert!(
+            floor_caught(&CaseResult::Fail("perf lost 3 records".into()))
+                .unwrap_err()
+                .contains("not on its floor")
+        );
     }
 
     fn observed(violations: u64) -> (observer::Collected, observer::Verdicts) {

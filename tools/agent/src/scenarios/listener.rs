@@ -185,7 +185,14 @@ fn kernel_records(sites: &[Site], pokes: &[TextPokeRec]) -> u64 {
         .count() as u64
 }
 
-fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
+/// What [`guarded_case`] says when the kernel's batches brought fewer records than guards.
+pub const FEWER_KERNEL_RECORDS: &str =
+    "records of the kernel's batches reached the listener, fewer than their";
+
+/// Batches of the exerciser and the kernel with a listener open: guarded, trapping, and every
+/// change recorded (at least a record per kernel guard, and the records chaining from the text
+/// and back to it).
+pub fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
     const NAME: &str = "guarded_with_listener";
     let mut recorder = match Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }) {
         Ok(r) => r,
@@ -219,8 +226,7 @@ fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
         // Each guard is a change, and each change has its record: the replay below passes
         // with none, since the run leaves the kernel text as it found it.
         Some(format!(
-            "{} records of the kernel's batches reached the listener, fewer than their {kguards} \
-             guards",
+            "{} {FEWER_KERNEL_RECORDS} {kguards} guards",
             kernel_records(sites, &drain.pokes)
         ))
     } else {
