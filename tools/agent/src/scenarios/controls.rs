@@ -497,8 +497,9 @@ fn listener_handshake_control(kcore: &Kcore) -> Case {
 }
 
 /// One record dropped per batch (defect 8) must also fail the listener's floor: with a listener
-/// open, the kernel's batches must bring at least a record per guard they wrote. The replay
-/// after it cannot tell, since the run leaves the text as it found it.
+/// open, each change the kernel's batches made (kcore read while the tracer was on says which)
+/// must have its records. The replay after it cannot tell, since the run leaves the text as it
+/// found it.
 fn listener_floor_control(kcore: &Kcore) -> Case {
     const NAME: &str = "control_dropped_record_caught_by_listener_floor";
     let run = || -> Result<String, String> {
@@ -515,9 +516,9 @@ fn listener_floor_control(kcore: &Kcore) -> Case {
 
 /// The floor control's verdict: caught only when the listener's case failed on its floor.
 fn floor_caught(result: &CaseResult) -> Result<String, String> {
-    use crate::scenarios::listener::FEWER_KERNEL_RECORDS;
+    use crate::scenarios::listener::UNRECORDED_KERNEL_CHANGES;
     match result {
-        CaseResult::Fail(e) if e.contains(FEWER_KERNEL_RECORDS) => Ok(format!("caught: {e}")),
+        CaseResult::Fail(e) if e.contains(UNRECORDED_KERNEL_CHANGES) => Ok(format!("caught: {e}")),
         CaseResult::Fail(e) => Err(format!("the check failed, but not on its floor: {e}")),
         other => Err(format!("not caught: {other:?}")),
     }
@@ -1474,8 +1475,8 @@ mod tests {
 
     #[test]
     fn the_floor_control_wants_the_floor_to_fail() {
-        use crate::scenarios::listener::FEWER_KERNEL_RECORDS;
-        let floor = format!("3 {FEWER_KERNEL_RECORDS} 6 guards: a listener: ...");
+        use crate::scenarios::listener::UNRECORDED_KERNEL_CHANGES;
+        let floor = format!("1 of 2 {UNRECORDED_KERNEL_CHANGES}, the first at 0x10: ...");
         assert!(floor_caught(&CaseResult::Fail(floor)).is_ok());
         assert!(floor_caught(&CaseResult::Pass)
             .unwrap_err()

@@ -88,6 +88,8 @@ struct Ran {
     trapped: usize,
     /// The kernel text before the run (which it ends as), and where it starts.
     kernel_text: (u64, Vec<u8>),
+    /// The kernel text while the function tracer was on.
+    traced_text: Vec<u8>,
     /// The exerciser's batches.
     batches: Vec<exerciser::BatchLine>,
 }
@@ -101,8 +103,10 @@ fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<Ran, Strin
     exerciser::command(&format!("run {spec}")).map_err(|e| format!("run {spec}: errno {e}"))?;
     kernel_patching::filter(FILTER)?;
     kernel_patching::tracer("function")?;
+    let traced_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"));
     kernel_patching::tracer("nop")?;
     kernel_patching::filter("")?;
+    let traced_text = traced_text?;
     let after = counters()?;
     let after_text = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
     if let Some(a) = kernel_patching::first_difference(base, &before_text, &after_text) {
@@ -143,8 +147,63 @@ fn run_and_count(kcore: &Kcore, sites: &[Site], spec: &str) -> Result<Ran, Strin
         delta,
         trapped,
         kernel_text: (base, before_text),
+        traced_text,
         batches,
     })
+}
+
+/// The regions of the kernel text that the tracer's toggle changed (`before` against
+/// `traced`, arm64's ops literals aside: data, which nobody records) and that `pokes` do not
+/// record both ways: each needs a record that wrote what `traced` holds there, and one that
+/// wrote it back. Returns their addresses and the number of regions.
+///
+/// kcore is the oracle: the text while the tracer was on says which changes the kernel made,
+/// whoever made them, so a record missing at one site cannot hide behind records elsewhere.
+fn unrecorded_kernel_changes(
+    base: u64,
+    before: &[u8],
+    traced: &[u8],
+    pokes: &[TextPokeRec],
+) -> (Vec<u64>, usize) {
+    let mut before = before.to_vec();
+    if !is_x86() {
+        kernel_patching::copy_ftrace_literals(&mut before, traced);
+    }
+    unrecorded_changes(base, &before, traced, pokes)
+}
+
+/// As [`unrecorded_kernel_changes`], every difference an instruction's.
+fn unrecorded_changes(
+    base: u64,
+    before: &[u8],
+    traced: &[u8],
+    pokes: &[TextPokeRec],
+) -> (Vec<u64>, usize) {
+    // Differing bytes, gathered into regions: bytes an instruction's old and new encodings
+    // share (a zero of an x86 `CALL`'s offset, say) split no change in two.
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    for off in (0..before.len().min(traced.len())).filter(|&o| before[o] != traced[o]) {
+        match regions.last_mut() {
+            Some((_, end)) if off <= *end + 4 => *end = off + 1,
+            _ => regions.push((off, off + 1)),
+        }
+    }
+    let covers = |p: &TextPokeRec, bytes: &[u8], (s, e): (usize, usize)| {
+        let (start, end) = (base + s as u64, base + e as u64);
+        start >= p.addr
+            && end <= p.addr + bytes.len() as u64
+            && bytes[(start - p.addr) as usize..(end - p.addr) as usize] == traced[s..e]
+    };
+    let unrecorded = regions
+        .iter()
+        .filter(|&&r| {
+            let written = pokes.iter().any(|p| covers(p, &p.new, r));
+            let written_back = pokes.iter().any(|p| covers(p, &p.old, r));
+            !(written && written_back)
+        })
+        .map(|&(s, _)| base + s as u64)
+        .collect();
+    (unrecorded, regions.len())
 }
 
 fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
@@ -176,22 +235,13 @@ fn quiet_case(kcore: &Kcore, sites: &[Site]) -> Case {
     }
 }
 
-/// The records of `pokes` outside the exerciser's region: the kernel's batches'.
-fn kernel_records(sites: &[Site], pokes: &[TextPokeRec]) -> u64 {
-    let (base, len) = region(sites);
-    pokes
-        .iter()
-        .filter(|p| p.addr < base || p.addr >= base + len as u64)
-        .count() as u64
-}
-
-/// What [`guarded_case`] says when the kernel's batches brought fewer records than guards.
-pub const FEWER_KERNEL_RECORDS: &str =
-    "records of the kernel's batches reached the listener, fewer than their";
+/// What [`guarded_case`] says when a change of the kernel's reached the listener without its
+/// records.
+pub const UNRECORDED_KERNEL_CHANGES: &str = "changes of the kernel text without their records";
 
 /// Batches of the exerciser and the kernel with a listener open: guarded, trapping, and every
-/// change recorded (at least a record per kernel guard, and the records chaining from the text
-/// and back to it).
+/// change recorded (each change the tracer's toggle made in the kernel text recorded both ways,
+/// and the records chaining from the text and back to it).
 pub fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
     const NAME: &str = "guarded_with_listener";
     let mut recorder = match Recorder::open_monotonic(&RecorderConfig { data_pages: 64 }) {
@@ -206,9 +256,18 @@ pub fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
         Err(e) => return Case::fail(NAME, e),
     };
     let [batches, quiet, guards, kbatches, kquiet, kguards] = ran.delta;
+    // The run leaves the kernel text as it found it, so the replay below passes with no record
+    // of the kernel's: the text while the tracer was on says which changes need one.
+    let (unrecorded, regions) = unrecorded_kernel_changes(
+        ran.kernel_text.0,
+        &ran.kernel_text.1,
+        &ran.traced_text,
+        &drain.pokes,
+    );
     let line = format!(
         "a listener: {batches} batches, {quiet} quiet, {guards} guards; kernel: {kbatches} \
-         batches, {kquiet} quiet, {kguards} guards; {} executions the CPU saw trap; {} records",
+         batches, {kquiet} quiet, {kguards} guards, {regions} regions of its text changed and \
+         back; {} executions the CPU saw trap; {} records",
         ran.trapped,
         drain.pokes.len()
     );
@@ -220,14 +279,16 @@ pub fn guarded_case(kcore: &Kcore, sites: &[Site]) -> Case {
         ))
     } else if batches == 0 || kbatches == 0 || quiet > 0 || kquiet > 0 {
         Some("no batch, or a quiet one, with a listener".to_owned())
-    } else if guards == 0 || kguards == 0 || ran.trapped == 0 {
-        Some("no guard written, or no execution trapped, with a listener".to_owned())
-    } else if kernel_records(sites, &drain.pokes) < kguards {
-        // Each guard is a change, and each change has its record: the replay below passes
-        // with none, since the run leaves the kernel text as it found it.
+    } else if guards == 0 || kguards == 0 || ran.trapped == 0 || regions == 0 {
+        Some(
+            "no guard written, no execution trapped, or no kernel text changed, with a listener"
+                .to_owned(),
+        )
+    } else if let [first, ..] = unrecorded[..] {
         Some(format!(
-            "{} {FEWER_KERNEL_RECORDS} {kguards} guards",
-            kernel_records(sites, &drain.pokes)
+            "{} of {regions} {UNRECORDED_KERNEL_CHANGES} (written and written back), the first \
+             at {first:#x}",
+            unrecorded.len()
         ))
     } else {
         // The run leaves the kernel text as it found it (`run_and_count`), so the kernel's
@@ -915,6 +976,38 @@ mod tests {
         let pokes = [poke(0x100, &[0], &[1], 5), poke(0x100, &[0], &[1], 30)];
         let e = replay_from_arrival(0x100, &[1], &[1], &pokes, 20, (4, 10)).unwrap_err();
         assert_eq!(e.matches(COPY).count(), 3, "{e}");
+    }
+
+    #[test]
+    fn each_change_of_the_text_needs_its_records_both_ways() {
+        // An x86 NOP5 turned into a CALL whose offset shares two zero bytes with it, at 0x102,
+        // and back; bytes elsewhere unchanged.
+        let nop = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        let call = [0xe8, 0x10, 0x20, 0x00, 0x00];
+        let before = [[0x90; 2].as_slice(), &nop, &[0x90; 3]].concat();
+        let traced = [[0x90; 2].as_slice(), &call, &[0x90; 3]].concat();
+        let on = poke(0x102, &nop, &call, 1);
+        let off = poke(0x102, &call, &nop, 2);
+        let (un, regions) = unrecorded_changes(0x100, &before, &traced, &[on.clone(), off.clone()]);
+        assert_eq!((un, regions), (vec![], 1));
+        // Either record missing, or both, leaves the change unrecorded.
+        for pokes in [vec![on.clone()], vec![off], vec![]] {
+            assert_eq!(
+                unrecorded_changes(0x100, &before, &traced, &pokes).0,
+                [0x102]
+            );
+        }
+        // A record elsewhere does not stand in for it.
+        let elsewhere = poke(0x200, &nop, &call, 3);
+        assert_eq!(
+            unrecorded_changes(0x100, &before, &traced, &[on, elsewhere]).0,
+            [0x102]
+        );
+        // Nothing changed: nothing to record.
+        assert_eq!(
+            unrecorded_changes(0x100, &before, &before, &[]),
+            (vec![], 0)
+        );
     }
 
     #[test]
