@@ -290,39 +290,42 @@ fn harness_checks_and_failures() {
     assert!(stdout.contains("no-qemu.log"), "{stdout}");
 }
 
-#[test]
-fn timeout_kills_the_emulator() {
-    let s = Scratch::new("timeout");
+/// Boots a fake emulator that prints a line and sleeps, under `limits`: the runner must kill it
+/// after 2 s for the reason `why` gives, and `parse` must read that back from the log.
+fn killed_after_two_seconds(name: &str, limits: &[&str], why: &str) {
+    let s = Scratch::new(name);
     let hang = s.fake_qemu(
-        "hang",
+        name,
         "printf 'KTAP version 1\\n1..3\\nok 1 a\\n'; exec sleep 600",
     );
     let start = Instant::now();
-    let (o, r) = boot(
-        &s,
-        "hang",
-        &hang,
-        &["--timeout", "2", "--expect", "timeout"],
-    );
+    let args: Vec<&str> = limits
+        .iter()
+        .copied()
+        .chain(["--expect", "timeout"])
+        .collect();
+    let (o, r) = boot(&s, name, &hang, &args);
     assert!(start.elapsed().as_secs() < 20);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(r["verdict"], "timeout");
     assert_eq!(
         r["reason"],
-        "timeout as expected: timeout: qemu killed after 2 s"
+        format!("timeout as expected: timeout: qemu killed after 2 s{why}")
     );
     assert_eq!(r["qemu_status"], Value::Null);
     let secs = r["seconds"].as_f64().unwrap();
     assert!((2.0..10.0).contains(&secs), "{secs}");
-    let log = log_of(&s, "hang");
+    let log = log_of(&s, name);
     assert!(log.contains("\nok 1 a\n"), "{log}");
     assert!(
-        log.ends_with("[textpoke-runner] timeout: killed qemu after 2 s\n"),
+        log.ends_with(&format!(
+            "[textpoke-runner] timeout: killed qemu after 2 s{why}\n"
+        )),
         "{log}"
     );
 
     // `parse` reads the outcome back from the log.
-    let path = s.out().join("hang.log");
+    let path = s.out().join(format!("{name}.log"));
     let o = run(&["parse", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
@@ -333,36 +336,16 @@ fn timeout_kills_the_emulator() {
 }
 
 #[test]
+fn timeout_kills_the_emulator() {
+    killed_after_two_seconds("hang", &["--timeout", "2"], "");
+}
+
+#[test]
 fn a_silent_console_kills_the_emulator() {
-    let s = Scratch::new("silent");
-    let hang = s.fake_qemu(
+    killed_after_two_seconds(
         "silent",
-        "printf 'KTAP version 1\\n1..3\\nok 1 a\\n'; exec sleep 600",
-    );
-    let start = Instant::now();
-    let (o, r) = boot(
-        &s,
-        "silent",
-        &hang,
-        &["--silence", "2", "--timeout", "600", "--expect", "timeout"],
-    );
-    assert!(start.elapsed().as_secs() < 20);
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(
-        r["reason"],
-        "timeout as expected: timeout: qemu killed after 2 s without console output"
-    );
-    let log = log_of(&s, "silent");
-    assert!(
-        log.ends_with("[textpoke-runner] timeout: killed qemu after 2 s without console output\n"),
-        "{log}"
-    );
-    let path = s.out().join("silent.log");
-    let o = run(&["parse", path.to_str().unwrap()]);
-    assert!(
-        common::stdout(&o).contains("verdict timeout"),
-        "{}",
-        text(&o)
+        &["--silence", "2", "--timeout", "600"],
+        " without console output",
     );
 }
 

@@ -140,16 +140,8 @@ pub fn judge(log: &str, outcome: &Outcome, require: &[String]) -> Judgement {
         .cloned()
         .collect();
 
-    let (verdict, reason) = if let Outcome::TimedOut(secs) = outcome {
-        (
-            Verdict::Timeout,
-            format!("timeout: qemu killed after {secs} s"),
-        )
-    } else if let Outcome::Silent(secs) = outcome {
-        (
-            Verdict::Timeout,
-            format!("timeout: qemu killed after {secs} s without console output"),
-        )
+    let (verdict, reason) = if let Some(why) = outcome.timeout() {
+        (Verdict::Timeout, why)
     } else if let Some(why) = match outcome {
         Outcome::Exited(0) | Outcome::Unknown | Outcome::TimedOut(_) | Outcome::Silent(_) => None,
         Outcome::Exited(code) => Some(format!("qemu exited with status {code}")),

@@ -211,6 +211,17 @@ impl Outcome {
             .unwrap_or(Self::Unknown)
     }
 
+    /// Why the runner killed QEMU, if it did.
+    pub fn timeout(&self) -> Option<String> {
+        match self {
+            Self::TimedOut(secs) => Some(format!("timeout: qemu killed after {secs} s")),
+            Self::Silent(secs) => Some(format!(
+                "timeout: qemu killed after {secs} s without console output"
+            )),
+            _ => None,
+        }
+    }
+
     /// The exit status, if QEMU exited by itself.
     pub fn exit_status(&self) -> Option<i32> {
         match self {
@@ -248,6 +259,21 @@ pub struct Limits {
     pub silence: Duration,
     /// The longest the run may take at all.
     pub cap: Duration,
+}
+
+/// When the console last printed, and its longest silence before that.
+struct Heard {
+    last: Instant,
+    longest: Duration,
+}
+
+impl Heard {
+    /// The console printed just now.
+    fn now(&mut self) {
+        let now = Instant::now();
+        self.longest = self.longest.max(now - self.last);
+        self.last = now;
+    }
 }
 
 /// How long QEMU gets to exit after SIGTERM before it is killed.
@@ -429,28 +455,27 @@ pub fn run(
     thread::spawn(move || reader(stderr, Stream::Err, tx_err));
 
     let mut open = 2;
-    let mut heard = start;
-    let mut longest_silence = Duration::ZERO;
-    // Takes QEMU's output until both pipes close (true) or `until` says stop (false); the
-    // console's last output moves the silence limit on.
+    let mut heard = Heard {
+        last: start,
+        longest: Duration::ZERO,
+    };
+    // Takes QEMU's output until both pipes close (true) or `until`, given when the console
+    // last spoke, says stop (false).
     let mut receive = |sink: &mut Sink,
                        until: &dyn Fn(Instant) -> Instant,
                        open: &mut usize,
-                       heard: &mut Instant,
-                       longest: &mut Duration|
+                       heard: &mut Heard|
      -> io::Result<bool> {
         while *open > 0 {
             let now = Instant::now();
-            let end = until(*heard);
+            let end = until(heard.last);
             if now >= end {
                 return Ok(false);
             }
             match rx.recv_timeout(end - now) {
                 Ok(Msg::Data(s, data)) => {
                     if s == Stream::Out {
-                        let now = Instant::now();
-                        *longest = (*longest).max(now - *heard);
-                        *heard = now;
+                        heard.now();
                     }
                     sink.feed(s, &data, false, on_console_line)?;
                 }
@@ -465,15 +490,9 @@ pub fn run(
         Ok(true)
     };
 
-    let limit = |heard: Instant| deadline.min(heard + limits.silence);
-    let status = if receive(
-        &mut sink,
-        &limit,
-        &mut open,
-        &mut heard,
-        &mut longest_silence,
-    )? {
-        wait_until(&mut child, limit(heard))?
+    let limit = |last: Instant| deadline.min(last + limits.silence);
+    let status = if receive(&mut sink, &limit, &mut open, &mut heard)? {
+        wait_until(&mut child, limit(heard.last))?
     } else {
         None
     };
@@ -489,17 +508,10 @@ pub fn run(
             }
         }
     };
-    longest_silence = longest_silence.max(heard.elapsed().min(limits.silence));
+    let longest_silence = heard.longest.max(heard.last.elapsed().min(limits.silence));
     let seconds = start.elapsed().as_secs_f64();
     let drained = Instant::now() + DRAIN;
-    let mut after_the_end = Duration::ZERO;
-    receive(
-        &mut sink,
-        &|_| drained,
-        &mut open,
-        &mut heard,
-        &mut after_the_end,
-    )?;
+    receive(&mut sink, &|_| drained, &mut open, &mut heard)?;
     for s in [Stream::Out, Stream::Err] {
         sink.feed(s, &[], true, on_console_line)?;
     }
