@@ -407,15 +407,12 @@ pub fn replay_from_arrival(
     (from, by): (u64, u64),
 ) -> Result<Start, String> {
     let mut failed = Vec::new();
-    let cuts = if from == by {
-        vec![(0, "with every record"), (by, "from the last arrival on")]
-    } else {
-        vec![
-            (0, "with every record"),
-            (from, "from the last arrival's start on"),
-            (by, "from the open's return on"),
-        ]
-    };
+    let mut cuts = vec![
+        (0, "with every record"),
+        (from, "from the last arrival's earliest moment on"),
+        (by, "from its latest moment on"),
+    ];
+    cuts.dedup_by_key(|(cut, _)| *cut);
     for (cut, what) in cuts {
         let kept = from_last_arrival(pokes, cut);
         let mut replayed = copy.to_vec();
