@@ -12,7 +12,7 @@
 //!
 //! Several batches may be committed concurrently from different threads: a guarded module
 //! batch holds `text_mutex` while it writes, and across a sync only from its first record or a
-//! failed step until it retires ([`TextAccess::hold_to_end`] says why), so their guard phases
+//! failed step until it retires ([`AcrossSyncs`] says why), so their guard phases
 //! interleave, and the pending table resolves any guard of any of them.
 
 use crate::arch::{Arch, TextWrite};
@@ -29,7 +29,8 @@ use crate::module_text::{Module, ModuleRef};
 use crate::patch_series::{Generic, HoldsText, KprobesGuard, TextHeld, TextLock};
 use crate::pending::PublishError;
 use crate::plan::{
-    Change, Changes, Phase, Plan, Protocol, Record, Recovery, Repair, Stranded, Write,
+    AcrossSyncs, Change, Changes, Phase, Plan, Protocol, Record, Recovery, Repair, Stranded,
+    TextHolder, Write,
 };
 use crate::sites::Found;
 use crate::stats::{add_part, Part, Parts};
@@ -260,10 +261,11 @@ impl Batch {
         let text = generic.lock_text();
         // Whether anyone listens, decided under `text_mutex`: a listener that cannot receive
         // records yet starts to only under `text_mutex`, so it waits for this (patch 0011).
-        if early.unwrap_or_else(|| generic.listening(text.holds())) {
+        let listening = early.unwrap_or_else(|| generic.listening(text.holds()));
+        if listening {
             let locks = ModuleLocks {
                 text: Some(text),
-                across: AcrossSyncs::Released,
+                across: AcrossSyncs::at_start(TextHolder::Commit, listening),
                 hotplug,
                 kprobes: Some(kprobes),
                 generic,
@@ -405,6 +407,7 @@ impl Batch {
             guards: 0,
             since_resched: 0,
             unsynced: false,
+            recorded_unsynced: false,
             defect,
             conflict_write: if self.kernel {
                 None
@@ -503,14 +506,12 @@ trait TextAccess {
     /// and the kernel's own pokers write meanwhile) and held throughout where the caller holds
     /// it, as upstream's batches hold it across their syncs.
     fn sync(&mut self, f: impl FnOnce());
-    /// Holds `text_mutex` from now to the commit's end, syncs included. Called when the commit
-    /// emits a record: a listener that arrived between a record and the write that completes it
-    /// would copy the guard and never get the record (`docs/protocol.md`, "When nobody
-    /// listens"). And when a step fails: recovery's writes complete or undo changes whose
-    /// records went out (or never will), so a listener arriving during them would copy a guard
-    /// that is then taken out with no record for it; and a kprobe armed at a site recovery has
-    /// restored would have its hits taken by the batch, still published.
-    fn hold_to_end(&mut self);
+    /// A record is about to go out: holds `text_mutex` from now to the commit's end, syncs
+    /// included ([`AcrossSyncs::recorded`] says why).
+    fn recorded(&mut self);
+    /// A step failed: holds `text_mutex` from now to the commit's end, recovery included
+    /// ([`AcrossSyncs::failed`] says why).
+    fn failed(&mut self);
     /// For a parked section: `text_mutex`, held from now as [`TextAccess::hold`] holds it, and
     /// the CPU-hotplug read lock `stop_machine_cpuslocked()` needs. Only a module's batch holds
     /// that one; a kernel batch cannot take it inside its caller's `text_mutex`, and has no
@@ -525,10 +526,10 @@ trait TextAccess {
 /// A module batch's locks, taken in the order the kernel's pokers take them and released in
 /// the reverse one (fields drop in declaration order).
 struct ModuleLocks<'a> {
-    /// `text_mutex`, for each run of writes and records; across a sync only once a record went
-    /// out (`across`).
+    /// `text_mutex`, for each run of writes and records; across a sync as `across` says.
     text: Option<TextLock<'a>>,
-    /// What a sync does with `text_mutex`.
+    /// What a sync does with `text_mutex`: the rule the host model of the listener handshake
+    /// runs too.
     across: AcrossSyncs,
     /// The CPU-hotplug read lock, for the whole commit: a stable CPU set for the syncs and
     /// the parked section.
@@ -551,7 +552,7 @@ impl TextAccess for ModuleLocks<'_> {
     }
 
     fn sync(&mut self, f: impl FnOnce()) {
-        if self.across == AcrossSyncs::Released {
+        if self.across.releases() {
             self.text = None;
         }
         // Every guard is written by the first sync: kprobes sees them from here on, and
@@ -560,9 +561,14 @@ impl TextAccess for ModuleLocks<'_> {
         f();
     }
 
-    fn hold_to_end(&mut self) {
+    fn recorded(&mut self) {
         self.hold();
-        self.across = AcrossSyncs::Held;
+        self.across.recorded();
+    }
+
+    fn failed(&mut self) {
+        self.hold();
+        self.across.failed();
     }
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
@@ -575,22 +581,10 @@ impl TextAccess for ModuleLocks<'_> {
     }
 }
 
-/// Whether a module batch's sync lets go of `text_mutex`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum AcrossSyncs {
-    /// Before its first record: other batches and the kernel's pokers write meanwhile.
-    Released,
-    /// From its first record, or a failed step, until it has left the pending table: no
-    /// listener starts to receive records until every write that completes a record (or
-    /// recovery's that undo a guard) is made (patch 0011 gives a `text_poke` event its buffer
-    /// and enables it under `text_mutex`), and no kprobe is armed at a site the table still
-    /// claims.
-    Held,
-}
-
 /// A quiet module batch's locks (no tracer listened when it took `text_mutex`): all held for the
-/// whole commit, so that no listener starts to receive records until its last write and sync
-/// (patch 0011), and released in the reverse order of taking (fields drop in declaration order).
+/// whole commit (as [`AcrossSyncs::at_start`] has it), so that no listener starts to receive
+/// records until its last write and sync (patch 0011), and released in the reverse order of
+/// taking (fields drop in declaration order).
 struct QuietLocks<'a> {
     text: TextLock<'a>,
     hotplug: HotplugGuard,
@@ -608,7 +602,9 @@ impl TextAccess for QuietLocks<'_> {
         f();
     }
 
-    fn hold_to_end(&mut self) {}
+    fn recorded(&mut self) {}
+
+    fn failed(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         Some((self.text.holds(), &self.hotplug))
@@ -635,7 +631,9 @@ impl TextAccess for CallerHeld<'_> {
     }
 
     // The caller holds `text_mutex` throughout already.
-    fn hold_to_end(&mut self) {}
+    fn recorded(&mut self) {}
+
+    fn failed(&mut self) {}
 
     fn park(&mut self) -> Option<(&HoldsText, &HotplugGuard)> {
         None
@@ -673,6 +671,10 @@ struct Run<'a, A> {
     since_resched: u32,
     /// A write was made (or tried: a failed one may have made some bytes) since the last sync.
     unsynced: bool,
+    /// A record went out since the last sync: the next sync is the one between a record and
+    /// the writes that complete it (x86's tail sync), where seeded defect 17 pauses
+    /// ([`Defect::pause_across_sync`]).
+    recorded_unsynced: bool,
     /// The commit's seeded defect (debug builds; [`Defect::None`] otherwise).
     defect: Defect,
     /// What a module batch writes at its first guarded site playing another patcher (debug
@@ -750,7 +752,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
                 self.id,
                 e.addr
             );
-            self.text.hold_to_end();
+            self.text.recorded();
             let held = self.text.hold();
             let (cpu, time) = {
                 let _pinned = NoPreempt::new();
@@ -801,13 +803,13 @@ impl<'a, A: TextAccess> Run<'a, A> {
     }
 
     /// A step failed with `e`: holds `text_mutex` until the batch has left the pending table
-    /// ([`TextAccess::hold_to_end`] says why), takes every guard out by the plan's rules
+    /// ([`AcrossSyncs::failed`] says why), takes every guard out by the plan's rules
     /// ([`Run::recover`]), and returns `e`.
     fn fail<T>(&mut self, e: Error) -> Result<T> {
         if debug::releases_text_on_failure() {
             self.text.release();
         } else {
-            self.text.hold_to_end();
+            self.text.failed();
         }
         self.recover();
         Err(e)
@@ -831,7 +833,12 @@ impl<'a, A: TextAccess> Run<'a, A> {
             Phase::WriteThenRecord(changes) => self.write_then_record(changes, seeded),
             Phase::AnnounceThenWrite(changes) => self.announce_then_write(changes, seeded),
             Phase::Sync => {
-                self.text.sync(CurrentArch::sync_all);
+                let defect = self.defect;
+                let recorded = core::mem::take(&mut self.recorded_unsynced);
+                self.text.sync(|| {
+                    CurrentArch::sync_all();
+                    defect.pause_across_sync(recorded);
+                });
                 self.stats.syncs = self.stats.syncs.saturating_add(1);
                 self.unsynced = false;
                 Ok(())
@@ -1097,7 +1104,10 @@ impl<'a, A: TextAccess> Run<'a, A> {
     /// upstream emits its own, so that the record stream is serialized with the kernel's own
     /// pokers.
     fn emit(&mut self, i: usize, e: &Entry, what: Emit) {
-        self.text.hold_to_end();
+        // The seeded defect keeps releasing `text_mutex` across syncs (see `seed_defect`'s log).
+        if self.defect != Defect::ReleaseTextAfterRecord {
+            self.text.recorded();
+        }
         let held = self.text.hold();
         let (cpu, time) = {
             // perf delivers the record to the side-band events of the CPU it runs on; stay on
@@ -1110,7 +1120,8 @@ impl<'a, A: TextAccess> Run<'a, A> {
     }
 
     /// Appends a record of change `i` (`e`) that went out to the engine's log, counts it, and
-    /// notes whether the site now goes on to its new instruction.
+    /// notes whether the site now goes on to its new instruction, and that a record went out
+    /// since the last sync.
     fn logged(&mut self, i: usize, e: &Entry, what: Emit, time: u64, cpu: usize) {
         let (old, new) = what.bytes(e);
         self.engine.log.append(e.addr, old, new, time, cpu);
@@ -1118,6 +1129,7 @@ impl<'a, A: TextAccess> Run<'a, A> {
         if let Some(s) = self.sites.get_mut(i) {
             s.recorded = what != Emit::Before;
         }
+        self.recorded_unsynced = true;
     }
 
     /// Runs the parked section: `changes`' whole writes, each followed by its record if

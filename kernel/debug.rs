@@ -15,7 +15,7 @@ use crate::plan::Protocol;
 use kernel::static_assert;
 
 /// What each seeded defect of the table (`kernel/defects.rs`) does here.
-const BEHAVIOUR: [(SeededDefect, Defect); 16] = [
+const BEHAVIOUR: [(SeededDefect, Defect); 17] = [
     (
         defects::RECORD_BEFORE_GUARD_SYNC,
         Defect::Plan(Protocol::RecordBeforeGuardSync),
@@ -47,6 +47,10 @@ const BEHAVIOUR: [(SeededDefect, Defect); 16] = [
     (defects::IGNORE_CONFLICTS, Defect::IgnoreConflicts),
     (defects::HAND_BACK_WHEN_FULL, Defect::HandBackWhenFull),
     (defects::NEW_TEXT_UNDESCRIBED, Defect::NewTextUndescribed),
+    (
+        defects::RELEASE_TEXT_AFTER_RECORD,
+        Defect::ReleaseTextAfterRecord,
+    ),
 ];
 // Every defect of the table has its behaviour here, once.
 static_assert!(BEHAVIOUR.len() == defects::ALL.len());
@@ -88,6 +92,11 @@ pub(crate) enum Defect {
     HandBackWhenFull,
     /// A module's text that appears while a tracer listens is not described (`new_text.rs`).
     NewTextUndescribed,
+    /// A guarded module batch does not hold `text_mutex` from its first record on
+    /// ([`crate::plan::AcrossSyncs::recorded`] skipped), and pauses across each sync after a
+    /// record while it is released ([`Defect::pause_across_sync`]): on x86 a second listener
+    /// arrives between a site's record and its head.
+    ReleaseTextAfterRecord,
 }
 
 impl Defect {
@@ -106,6 +115,25 @@ impl Defect {
     /// patcher's, and correct the record the defect exists to leave wrong).
     pub(crate) fn corrects_records(self) -> bool {
         !matches!(self, Self::IgnoreConflicts | Self::SkipFinalWrite)
+    }
+
+    /// Called inside each sync of a commit, after the sync, with `recorded` saying whether a
+    /// record of the batch went out since the sync before. Under
+    /// [`Defect::ReleaseTextAfterRecord`] (debug builds) such a sync (x86's between the records
+    /// and the heads) sleeps 200 ms with `text_mutex` released: longer than a recorder takes to
+    /// open its events, map their buffers and copy the exerciser's text, and most of a batch's
+    /// time, so a listener that starts among such batches lands there. Nothing otherwise, and
+    /// nothing ever in a production build.
+    #[inline(always)]
+    pub(crate) fn pause_across_sync(self, recorded: bool) {
+        #[cfg(CONFIG_TEXTPOKE_DEBUG_PROTOCOL)]
+        if self == Self::ReleaseTextAfterRecord && recorded {
+            // SAFETY: Called in process context (a commit's sync, `text_mutex` released by the
+            // defect), with no spinlock held and not in an atomic section.
+            unsafe { kernel::bindings::msleep(200) };
+        }
+        #[cfg(not(CONFIG_TEXTPOKE_DEBUG_PROTOCOL))]
+        let _ = (self, recorded);
     }
 
     /// Called after each unguarded whole write. Under a seeded defect (debug builds) it sleeps

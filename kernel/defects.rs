@@ -103,6 +103,9 @@ defects! {
     NEW_TEXT_UNDESCRIBED = 16 "new_text_undescribed" Guest
         "control_new_text_undescribed_caught"
         "a module that loads while a tracer listens is not described: no register, no bytes";
+    RELEASE_TEXT_AFTER_RECORD = 17 "release_text_after_record" GuestAndHost
+        "control_text_released_after_record_caught"
+        "a guarded module batch lets go of text_mutex across its syncs after its records too, pausing there";
 }
 
 /// The defect selected by `mode`, if any.

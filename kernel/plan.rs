@@ -778,3 +778,68 @@ impl Cost {
             })
     }
 }
+
+/// Who takes `text_mutex` for a commit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TextHolder {
+    /// The commit takes it itself: a module's batch (`Batch::commit`).
+    Commit,
+    /// Its caller holds it from before the decision to after the last step: a batch of the
+    /// kernel's own changes (`Batch::commit_kernel`), as upstream's `text_poke_bp_batch()` runs
+    /// under its caller's `text_mutex`.
+    Caller,
+}
+
+/// Whether a commit lets go of `text_mutex` across its next [`Step::Sync`]: the one rule the
+/// engine's locks follow (`ModuleLocks` in kernel/batch.rs) and the host model of the listener
+/// handshake runs (`textpoke-core`'s `listener`), so that what the model proves is what the
+/// kernel does.
+///
+/// A listener starts to receive records under `text_mutex` (patch 0011), so while a commit
+/// holds it, no listener arrives. Before a guarded batch's first record an arriving listener
+/// copies each site with its old instruction or its guard, and receives every record; releasing
+/// the mutex across those syncs lets other batches and the kernel's pokers write meanwhile.
+/// From its first record on, a listener that arrived would copy a site whose record it missed
+/// before its head is written (x86 syncs between its records and its heads), and nothing would
+/// complete that guard in its copy: held to the end. After a failed step as well: recovery's
+/// writes undo guards whose records went out or never will. docs/protocol.md, "When nobody
+/// listens", gives the whole argument.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AcrossSyncs {
+    /// Released across a sync: other batches and the kernel's pokers write meanwhile.
+    Released,
+    /// Held from now to the commit's end, syncs included.
+    Held,
+}
+
+impl AcrossSyncs {
+    /// At a commit's start: a module's batch that found a listener (it guards and records)
+    /// releases across its syncs until its first record; a quiet one holds `text_mutex` to its
+    /// end, since a listener that arrived in between would copy writes it gets no records of;
+    /// a kernel batch's caller holds it throughout.
+    pub fn at_start(holder: TextHolder, listening: bool) -> Self {
+        match holder {
+            TextHolder::Commit if listening => Self::Released,
+            TextHolder::Commit | TextHolder::Caller => Self::Held,
+        }
+    }
+
+    /// A record went out: held from now to the end.
+    pub fn recorded(&mut self) {
+        *self = Self::Held;
+    }
+
+    /// A step failed: held from now to the end, recovery included. Recovery's writes complete or
+    /// undo changes whose records went out (or never will), so a listener arriving among them
+    /// would copy a guard that is then taken out with no record for it; and a kprobe armed at a
+    /// site recovery has restored would trap into the batch, still published, and its handler
+    /// would never run.
+    pub fn failed(&mut self) {
+        *self = Self::Held;
+    }
+
+    /// Whether the next sync lets go of `text_mutex`.
+    pub fn releases(self) -> bool {
+        self == Self::Released
+    }
+}

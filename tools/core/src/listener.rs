@@ -14,7 +14,7 @@
 //! - take `text_mutex`, decide (read the count of listeners);
 //! - a guarded module batch releases `text_mutex` across each sync before its first record and
 //!   takes it again for its next write or record, and keeps it from its first record to its end
-//!   (`ModuleLocks` and `AcrossSyncs` in kernel/batch.rs), so a listener may arrive between its
+//!   (the engine's own rule, [`plan::AcrossSyncs`], which `ModuleLocks` in kernel/batch.rs follows), so a listener may arrive between its
 //!   guards and its first record but not after; a quiet one holds it to its end
 //!   (`QuietLocks`); a kernel batch's caller holds it throughout either way (`CallerHeld`);
 //! - every write and record is made under `text_mutex`, each record stamped from a global clock;
@@ -261,8 +261,14 @@ fn program(
         // defect 12: the answer is kept, the mutex is not.
         ops.extend([Op::Unlock, Op::Lock]);
     }
-    // Only a guarded module batch lets go of `text_mutex` between its steps.
-    let mut releases = guarded && locking != Locking::Caller;
+    // When the batch lets go of `text_mutex` across a sync: the engine's own rule.
+    let holder = match locking {
+        Locking::Caller => plan::TextHolder::Caller,
+        Locking::Module | Locking::ModuleReleasingAcrossSyncs | Locking::Skipped => {
+            plan::TextHolder::Commit
+        }
+    };
+    let mut across = plan::AcrossSyncs::at_start(holder, guarded);
     let mut held = true;
     for step in Plan::with_protocol(arch, protocol, &changes).steps() {
         let written = |i: usize, text: &[Vec<u8>]| {
@@ -286,8 +292,9 @@ fn program(
                 Op::Write { site, text: t }
             }
             Step::Emit(i) | Step::EmitBefore(i) | Step::EmitAfter(i) => {
-                if matches!(locking, Locking::Module | Locking::Skipped) {
-                    releases = false;
+                // The control keeps releasing where the engine holds.
+                if locking != Locking::ModuleReleasingAcrossSyncs {
+                    across.recorded();
                 }
                 let (site, c) = batch[i];
                 Op::Emit {
@@ -296,7 +303,7 @@ fn program(
                     new: c.new.as_slice().to_vec(),
                 }
             }
-            Step::Sync if releases && held => {
+            Step::Sync if across.releases() && held => {
                 held = false;
                 ops.push(Op::Unlock);
                 continue;

@@ -3,7 +3,8 @@
 
 use textpoke_core::insn::InsnBytes;
 use textpoke_core::plan::{
-    Arch, Change, Cost, Phase, Plan, Protocol, Recovery, Repair, Step, Stranded,
+    AcrossSyncs, Arch, Change, Cost, Phase, Plan, Protocol, Recovery, Repair, Step, Stranded,
+    TextHolder,
 };
 use Step::*;
 
@@ -761,4 +762,31 @@ fn quiet_and_parked_phases() {
             s("retire", &[]),
         ]
     );
+}
+
+/// When a commit lets go of `text_mutex` across a sync: a guarded module batch until its first
+/// record or a failed step, nobody else ever. The model of the listener handshake
+/// (tests/listener_model.rs) shows why for records; a failed step's recovery is not in that
+/// model, so its half of the rule is pinned here.
+#[test]
+fn a_module_batch_releases_text_mutex_only_before_its_first_record_or_failure() {
+    let guarded = AcrossSyncs::at_start(TextHolder::Commit, true);
+    assert!(guarded.releases());
+    for holder in [TextHolder::Commit, TextHolder::Caller] {
+        assert!(
+            !AcrossSyncs::at_start(holder, false).releases(),
+            "{holder:?} quiet"
+        );
+    }
+    assert!(!AcrossSyncs::at_start(TextHolder::Caller, true).releases());
+    let mut recorded = guarded;
+    recorded.recorded();
+    assert!(!recorded.releases(), "held after a record");
+    let mut failed = guarded;
+    failed.failed();
+    assert!(!failed.releases(), "held after a failed step");
+    // Neither lets go again.
+    failed.recorded();
+    recorded.failed();
+    assert_eq!((failed, recorded), (AcrossSyncs::Held, AcrossSyncs::Held));
 }

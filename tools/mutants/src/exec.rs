@@ -26,6 +26,9 @@ pub enum Kind {
     Model,
     /// `tests/record.rs`: the `PERF_RECORD_TEXT_POKE` writer, against golden records.
     Record,
+    /// `tests/listener_model.rs`: the listener handshake's model, run with the engine's rule of
+    /// when a commit lets go of `text_mutex`.
+    ListenerModel,
     /// The guest agent's own unit tests (`textpoke-agent`'s binary): the harness's judgements
     /// that a host test can pin down.
     Agent,
@@ -33,7 +36,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order they run.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Loom,
         Kind::Stress,
         Kind::X86Insn,
@@ -41,6 +44,7 @@ impl Kind {
         Kind::Plan,
         Kind::Model,
         Kind::Record,
+        Kind::ListenerModel,
         Kind::Agent,
     ];
 
@@ -54,6 +58,7 @@ impl Kind {
             Kind::Plan => "plan",
             Kind::Model => "model",
             Kind::Record => "record",
+            Kind::ListenerModel => "listener_model",
             Kind::Agent => "agent",
         }
     }
@@ -74,6 +79,7 @@ impl Kind {
             Kind::Plan => "plan",
             Kind::Model => "model",
             Kind::Record => "record",
+            Kind::ListenerModel => "listener_model",
             Kind::Agent => "textpoke-agent",
         }
     }

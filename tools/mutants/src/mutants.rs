@@ -158,6 +158,12 @@ const PLAN_RECORDS_SKIPPED: &str = "Protocol::Guarded | Protocol::HeadBeforeTail
 const PLAN_PARKED_RECORDS: &str = "records: protocol != Protocol::Quiet,";
 /// A phase of two steps per change: its second step.
 const PLAN_SECOND_STEP: &str = "self.at = At::Second(second);";
+const PLAN_ACROSS_RECORDED: &str = "    pub fn recorded(&mut self) {
+        *self = Self::Held;
+";
+const PLAN_ACROSS_FAILED: &str = "    pub fn failed(&mut self) {
+        *self = Self::Held;
+";
 const PLAN_RECORDS_NONE: &str =
     "Protocol::RecordBeforeGuardSync | Protocol::UnguardedNosync | Protocol::Quiet => None,";
 /// A stranded site's target.
@@ -199,7 +205,12 @@ const OVERLAP: &str = "if x.addr() < y_end && y.addr() < x_end {";
 
 // The snippets of the kernel-only files, for the allowed mutants below.
 
-const BATCH_SYNC: &str = "Phase::Sync => {\n                self.text.sync(CurrentArch::sync_all);";
+const BATCH_SYNC: &str =
+    "                    CurrentArch::sync_all();\n                    defect.pause_across_sync(recorded);\n";
+const BATCH_RECORD_HOLD: &str = "        if self.defect != Defect::ReleaseTextAfterRecord {
+            self.text.recorded();
+        }
+";
 const BATCH_TEXT_CHECK: &str = "        let published = match run.check_text() {\n";
 const BATCH_RECOVERY_REPLACED: &str =
     "        let guarded = entries.iter().zip(sites.iter()).filter(|(_, s)| s.guarded);
@@ -745,6 +756,28 @@ pub const MUTANTS: &[Mutant] = &[
         hang_kills: false,
         allowed: None,
     },
+    // kernel/plan.rs: when a commit lets go of `text_mutex`.
+    Mutant {
+        name: "plan-record-keeps-releasing",
+        file: PLAN,
+        what: "text_mutex: a guarded module batch still lets go of it across its syncs after a record",
+        edits: &[(PLAN_ACROSS_RECORDED, "    pub fn recorded(&mut self) {\n")],
+        killers: &[
+            "listener_model:a_listener_counted_between_an_x86_record_and_its_head_misses_it",
+            "listener_model:handshake_module_batches_never_disagree",
+        ],
+        hang_kills: false,
+        allowed: None,
+    },
+    Mutant {
+        name: "plan-failure-keeps-releasing",
+        file: PLAN,
+        what: "text_mutex: a module batch whose step failed still lets go of it across its syncs",
+        edits: &[(PLAN_ACROSS_FAILED, "    pub fn failed(&mut self) {\n")],
+        killers: &["plan:a_module_batch_releases_text_mutex_only_before_its_first_record_or_failure"],
+        hang_kills: false,
+        allowed: None,
+    },
     // kernel/plan.rs: recovery of a failed commit.
     Mutant {
         name: "recovery-swapped",
@@ -830,7 +863,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "executor: a plan's Sync step counted but not made",
         edits: &[(
             BATCH_SYNC,
-            "Phase::Sync => {\n                self.text.sync(|| {});",
+            "                    defect.pause_across_sync(recorded);\n",
         )],
         killers: &[],
         hang_kills: false,
@@ -841,6 +874,22 @@ pub const MUTANTS: &[Mutant] = &[
              steps, not this executor. It would take the executor built against a fake arch that \
              counts sync_all() calls against Cost::of(plan), which needs batch.rs off the kernel \
              crate, or incoherent hardware",
+        ),
+    },
+    Mutant {
+        name: "batch-record-hold-dropped",
+        file: BATCH,
+        what: "executor: a guarded module batch does not hold text_mutex from its first record on",
+        edits: &[(BATCH_RECORD_HOLD, "")],
+        killers: &[],
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test on x86 by two_listeners_mid_storm (listener group): the second \
+             listener arrives across a batch's tail sync and copies INT3 and the new tail of a \
+             site whose record went out before it arrived (booted on x86_64-smp2 and -smp4: \
+             failed at the first and the second start). The rule itself lives in plan.rs \
+             (AcrossSyncs), whose mutants the listener model kills; arm64 has no sync between a \
+             record and its write, and no check there can fail",
         ),
     },
     Mutant {

@@ -496,6 +496,26 @@ fn listener_handshake_control(kcore: &Kcore) -> Case {
     }
 }
 
+/// A guarded module batch that lets go of `text_mutex` across its syncs after its records too
+/// (the seeded defect, pausing there) must break the second listener's copy in
+/// `two_listeners_mid_storm` (scenarios/listener.rs): on x86 it arrives across the sync between
+/// a site's record and its head and copies a guard whose record it missed. x86 only: arm64
+/// writes each site right after its records, before any sync, so the defect opens no window
+/// there (the listener model finds none either).
+fn text_released_after_record_control(kcore: &Kcore) -> Case {
+    const NAME: &str = defects::RELEASE_TEXT_AFTER_RECORD.caught_by;
+    let run = || -> Result<String, String> {
+        let (_, outcome) = under_defect(defects::RELEASE_TEXT_AFTER_RECORD.mode, |sites| {
+            Ok(crate::scenarios::listener::two_listeners(kcore, sites))
+        })?;
+        handshake_caught(outcome)
+    };
+    match run() {
+        Ok(found) => Case::pass(NAME).with_log(found),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
 /// One record dropped per batch (defect 8) must also fail the listener's floor: with a listener
 /// open, each change the kernel's batches made (kcore read while the tracer was on says which)
 /// must have its records. The replay after it cannot tell, since the run leaves the text as it
@@ -1187,6 +1207,7 @@ pub fn cases(kcore: &Kcore) -> Case {
         ));
         if guest::is_x86() {
             children.push(foreign_int3_control());
+            children.push(text_released_after_record_control(kcore));
         }
         children.push(other_patchers_control());
         children.push(listener_handshake_control(kcore));

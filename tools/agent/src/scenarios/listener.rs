@@ -34,6 +34,10 @@
 //!   copies after it enables its events), and an execution that passed its site before a
 //!   batch that decided "nobody listens" and finished before the start can reach its path's
 //!   breakpoint after the start.
+//! - `two_listeners_mid_storm` ([`two_listeners`]): a first listener stays open while a second
+//!   starts at each of [`SECOND_STARTS`] points of a run of the exerciser's flips, so every batch is
+//!   guarded and records for the first when the second arrives. The second's copy with its
+//!   records must end equal to the text.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -739,6 +743,93 @@ pub fn mid_storm(
     ))
 }
 
+/// The name of [`two_listeners`]'s case.
+pub const TWO_LISTENERS: &str = "two_listeners_mid_storm";
+/// How many times [`two_listeners`] starts its second listener: each start is a fraction of a
+/// second, and the window a broken batch would open is one sync of each batch.
+const SECOND_STARTS: usize = 16;
+
+/// A first listener stays open (counted, with no buffer) while a second starts at each of
+/// [`SECOND_STARTS`] points of a run of the exerciser's flips: its copy of the exerciser's text with
+/// its records must end equal to the text, and the flips after its copy must have reached it.
+///
+/// The flips go round groups of four sites, one batch per group, and stop one flip after the
+/// copy, of the group after the one in flight at the copy: no site the copy may have caught
+/// mid-change is changed again, whose record would otherwise paper over a missing one (a
+/// record's old bytes are accepted over a guard in the copy). Only the exerciser's batches run:
+/// a kernel batch's caller holds `text_mutex` throughout, so only a module batch has syncs a
+/// listener could arrive across (`AcrossSyncs` in kernel/plan.rs). A guarded
+/// x86 module batch that let go of `text_mutex` across the sync between its records and its
+/// heads would let the second listener copy a guard whose record it missed (the listener
+/// model's `a_listener_counted_between_an_x86_record_and_its_head_misses_it`; seeded defect
+/// 17's control).
+pub fn two_listeners(kcore: &Kcore, sites: &[Site]) -> Result<String, String> {
+    let groups: Vec<String> = sites
+        .chunks(4)
+        .map(|g| {
+            let indices: Vec<String> = g.iter().map(|s| s.index.to_string()).collect();
+            format!("flip {}", indices.join(" "))
+        })
+        .collect();
+    if groups.len() < 2 {
+        return Err(format!("{} sites make fewer than two groups", sites.len()));
+    }
+    let _first = Listener::open().map_err(|e| format!("opening the first listener: {e}"))?;
+    let (base, len) = region(sites);
+    let started = Instant::now();
+    let (mut replayed, mut already, mut flips) = (0, 0, 0);
+    for k in 0..SECOND_STARTS {
+        let delay = Duration::from_millis(20 + 15 * k as u64);
+        let copied = Arc::new(AtomicBool::new(false));
+        let flipper = {
+            let (copied, groups) = (copied.clone(), groups.clone());
+            std::thread::spawn(move || -> Result<usize, String> {
+                let mut n = 0;
+                loop {
+                    let after_copy = copied.load(Ordering::Acquire);
+                    let cmd = &groups[n % groups.len()];
+                    exerciser::command(cmd).map_err(|e| format!("{cmd}: errno {e}"))?;
+                    n += 1;
+                    if after_copy {
+                        break Ok(n);
+                    }
+                }
+            })
+        };
+        std::thread::sleep(delay);
+        let opened = Recorder::open_monotonic(&RecorderConfig { data_pages: 64 });
+        let arrived_by = sys::monotonic_ns();
+        let copy = kcore.read(base, len).map_err(|e| format!("kcore: {e}"));
+        let copied_by = sys::monotonic_ns();
+        copied.store(true, Ordering::Release);
+        let ran = flipper
+            .join()
+            .unwrap_or_else(|_| Err("the flipper panicked".into()));
+        let rec = opened.map_err(|e| format!("opening the second listener: {e}"))?;
+        flips += ran?;
+        let arrival = (rec.arriving_from(), arrived_by);
+        let drain = rec.drain_whole()?;
+        let now = kcore.read(base, len).map_err(|e| format!("kcore: {e}"))?;
+        let at = |e: String| format!("start {k} ({} ms in): {e}", delay.as_millis());
+        let s = replay_from_arrival(base, &copy?, &now, &drain.pokes, copied_by, arrival)
+            .map_err(at)?;
+        if s.replayed == 0 {
+            return Err(at(
+                "no record of the flips after its copy reached the second listener".into(),
+            ));
+        }
+        replayed += s.replayed;
+        already += s.already;
+    }
+    Ok(format!(
+        "a first listener open throughout; {SECOND_STARTS} second listeners started among {flips} \
+         batches of flips of {} groups: {replayed} records replayed onto their copies, \
+         {already} already in them; every copy equal to the text at its end, in {:.1} s",
+        groups.len(),
+        started.elapsed().as_secs_f64()
+    ))
+}
+
 /// The group; `listening` is the suite's own listener, closed for its length.
 pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) -> Case {
     *listening = None;
@@ -752,6 +843,10 @@ pub fn cases(sites: &[Site], kcore: &Kcore, listening: &mut Option<Listener>) ->
     );
     log(&format!("listener: observer: {}", watch.line()));
     children.push(watch.case());
+    children.push(match two_listeners(kcore, sites) {
+        Ok(line) => Case::pass(TWO_LISTENERS).with_log(line),
+        Err(e) => Case::fail(TWO_LISTENERS, e),
+    });
     *listening = Listener::open().ok();
     Case::group("listener", children)
 }
