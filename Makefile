@@ -40,7 +40,7 @@ ARCHES := $(if $(filter command line,$(origin ARCH)),$(ARCH),x86_64 arm64)
 # `make CLIPPY=1 modules` runs clippy-driver over the Rust modules, as for in-tree code.
 export CLIPPY
 
-.PHONY: run test test-debug test-full bench deps deps-test kernel modules clean distclean
+.PHONY: run test test-debug test-full mutants-guest bench deps deps-test kernel modules clean distclean
 
 ## Demo: build what is missing, boot both arches, print the results.
 run: deps
@@ -57,6 +57,10 @@ test-debug: deps-test
 ## The guest suite with all of the kernel's ftracetest cases that change text (hours; in no other target).
 test-full: deps-test
 	@tools/boots.sh test-full $(ARCHES)
+
+## Each kernel-only mutant built into the guest and booted: its named check must fail (not part of test).
+mutants-guest: deps-test
+	@tools/mutants-guest.sh
 
 ## Benchmarks against the kernel's own mechanisms, measured in the same boot (not part of test).
 bench: deps

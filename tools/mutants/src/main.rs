@@ -18,6 +18,7 @@
 //! textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] [--target-dir DIR]
 //!                  [--offline] [--keep]
 //! textpoke-mutants --apply NAME --root DIR
+//! textpoke-mutants --guest RUNNER [--only NAME]... [--target-dir DIR]
 //! ```
 //!
 //! - `--apply`: writes one mutant into a scratch checkout `DIR` and exits, so that a kernel-only
@@ -25,7 +26,10 @@
 //! - default (`make test`): every mutant against its own listed killers, and a mutant of the
 //!   table also against the cheap loom tests (all but [`EXPENSIVE`]), stopping at its first
 //!   kill;
-//! - `--full`: every mutant against every test of every kind, listing every killer.
+//! - `--full`: every mutant against every test of every kind, listing every killer;
+//! - `--guest RUNNER` (`make mutants-guest`): each kernel-only mutant built into the guest and
+//!   booted with `RUNNER` (`textpoke-runner`), required to fail on the check it names
+//!   ([`guest`]).
 //!
 //! The copy is made afresh in `DIR/work` (`DIR` is `--target-dir`, by default
 //! `$TEXTPOKE_CACHE/cargo-mutants`); the loom tests build into `DIR/loom`, the others (built
@@ -44,6 +48,7 @@
 //! baseline fails or on any other error.
 
 mod exec;
+mod guest;
 mod mutants;
 mod workspace;
 
@@ -78,11 +83,14 @@ struct Options {
     offline: bool,
     keep: bool,
     apply: Option<String>,
+    /// `--guest`: boot the kernel-only mutants (guest.rs) with this runner.
+    guest: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: textpoke-mutants [--full] [--only NAME]... [--list] [--root DIR] \
                      [--target-dir DIR] [--offline] [--keep]\n       \
-                     textpoke-mutants --apply NAME --root DIR";
+                     textpoke-mutants --apply NAME --root DIR\n       \
+                     textpoke-mutants --guest RUNNER [--only NAME]... [--target-dir DIR]";
 
 fn parse_args() -> Result<Options, String> {
     let cache = std::env::var_os("TEXTPOKE_CACHE")
@@ -98,6 +106,7 @@ fn parse_args() -> Result<Options, String> {
         offline: false,
         keep: false,
         apply: None,
+        guest: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -108,6 +117,7 @@ fn parse_args() -> Result<Options, String> {
             "--offline" => o.offline = true,
             "--keep" => o.keep = true,
             "--apply" => o.apply = Some(value()?),
+            "--guest" => o.guest = Some(PathBuf::from(value()?)),
             "--only" => o.only.push(value()?),
             "--root" => o.root = PathBuf::from(value()?),
             "--target-dir" => o.target_base = PathBuf::from(value()?),
@@ -423,6 +433,9 @@ fn real_main() -> Result<ExitCode, String> {
         }
         v
     };
+    if let Some(runner) = &o.guest {
+        return guest::run(&o.root, &o.target_base, runner, &selected);
+    }
     let started = Instant::now();
     // The mutants of files the host crate does not compile cannot be built here: each must
     // still apply to the repository's source, and be allowed, with the guest check that
@@ -778,6 +791,18 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kernel_only_mutant_names_its_guest_boot_or_says_none_can() {
+        for m in MUTANTS {
+            let reason = m.allowed.unwrap_or_default();
+            match (mutants::kernel_only(m.file), &m.guest) {
+                (true, None) => assert!(reason.starts_with("nothing in make test"), "{}", m.name),
+                (true, Some(_)) => assert!(reason.starts_with("caught in make test"), "{}", m.name),
+                (false, g) => assert!(g.is_none(), "{} is no kernel-only mutant", m.name),
+            }
+        }
+    }
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(

@@ -50,6 +50,29 @@ pub fn kernel_only(file: &str) -> bool {
     KERNEL_ONLY.contains(&file)
 }
 
+/// What fails in a guest boot that catches a kernel-only mutant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fails {
+    /// The KTAP case of this name (the last part of its path) fails.
+    Case(&'static str),
+    /// A kernel splat (oops, BUG, WARN) fails the boot.
+    Splat,
+}
+
+/// The boot of `make test` whose check catches a kernel-only mutant (`make mutants-guest` boots
+/// it, `guest.rs`).
+#[derive(Clone, Copy, Debug)]
+pub struct GuestKiller {
+    /// `x86_64` or `arm64`.
+    pub arch: &'static str,
+    /// Its CPUs.
+    pub smp: u32,
+    /// The agent's groups to run (`textpoke.groups=`).
+    pub groups: &'static str,
+    /// What fails.
+    pub fails: Fails,
+}
+
 /// One deliberate weakening of the source.
 pub struct Mutant {
     /// Short name, unique, as printed and as given to `--only`.
@@ -61,6 +84,9 @@ pub struct Mutant {
     /// Replacements `(find, replace)` in [`Mutant::file`], applied in order; each `find` must
     /// occur exactly once in the text as it is when that replacement is applied.
     pub edits: &'static [(&'static str, &'static str)],
+    /// For a mutant of a [`KERNEL_ONLY`] file, the guest boot whose check catches it, as its
+    /// `allowed` reason says; `None` where no check of `make test` can (the reason says why).
+    pub guest: Option<GuestKiller>,
     /// Tests expected to kill it (`kind:test`, the kinds of `exec::Kind`), tried first; the
     /// reduced mode stops at the first kill.
     pub killers: &'static [&'static str],
@@ -242,6 +268,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "lookup: no SeqCst fence after the reader increment",
         edits: &[(LOOKUP_FENCE, LOOKUP_INC)],
         killers: &["loom:lookup_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -251,6 +278,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "publish: no SeqCst fence after storing CHECKING",
         edits: &[(PUBLISH_FENCE, STORE_CHECKING)],
         killers: &["loom:overlapping_publishers_exclude_each_other"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -263,6 +291,7 @@ pub const MUTANTS: &[Mutant] = &[
             "            other.checkers.fetch_add(1, Ordering::Relaxed);\n",
         )],
         killers: &["loom:checker_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -275,6 +304,7 @@ pub const MUTANTS: &[Mutant] = &[
             "        slot.state.store(RETIRING, Ordering::Relaxed);\n",
         )],
         killers: &["loom:lookup_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -284,6 +314,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "lookup: no reader increment/decrement around the search",
         edits: &[(LOOKUP_INC, ""), (LOOKUP_DEC, "")],
         killers: &["loom:lookup_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -293,6 +324,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "lookup: reads the entries without loading the state again",
         edits: &[(LOOKUP_RECHECK, "let found = if true {")],
         killers: &["loom:lookup_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -311,6 +343,7 @@ pub const MUTANTS: &[Mutant] = &[
             ),
         ],
         killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -323,6 +356,7 @@ pub const MUTANTS: &[Mutant] = &[
             "let found = if slot.state.load(Ordering::Relaxed) == LIVE {",
         )],
         killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -332,6 +366,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "claim: a module's batch may take the kernel's reserved slot",
         edits: &[(CLAIM_FILTER, "            .filter(|_| true)\n")],
         killers: &["stress:reserved_slot_is_the_kernels_alone"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -341,6 +376,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "claim: the kernel's batch never gets the reserved slot",
         edits: &[(CLAIM_FILTER, "            .filter(|(i, _)| *i < shared)\n")],
         killers: &["stress:reserved_slot_is_the_kernels_alone"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -353,6 +389,7 @@ pub const MUTANTS: &[Mutant] = &[
             "if slot.state.load(Ordering::Relaxed) != LIVE ||",
         )],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "the SeqCst fence after the increment is also an acquire fence: a Relaxed load \
@@ -369,6 +406,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "publish: the LIVE store Release -> Relaxed",
         edits: &[(STORE_LIVE, "slot.state.store(LIVE, Ordering::Relaxed);")],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "the publish SeqCst fence after the CHECKING store is also a release fence, and \
@@ -391,6 +429,7 @@ pub const MUTANTS: &[Mutant] = &[
             ),
         ],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "publishers exclude each other by the store-buffering shape, which only needs the \
@@ -417,6 +456,7 @@ pub const MUTANTS: &[Mutant] = &[
             ),
         ],
         killers: &["loom:refused_batch_is_never_found"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -426,6 +466,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "retire: does not wait for the per-CPU reader counts",
         edits: &[(READER_WAIT, "")],
         killers: &["loom:lookup_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -435,6 +476,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "retire: does not wait for the checkers count",
         edits: &[(CHECKER_WAIT, "")],
         killers: &["loom:checker_never_reads_retired_storage"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -444,6 +486,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "retire: clears the slot and stores FREE before the waits",
         edits: &[(CLEAR_AND_FREE, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_FREE)],
         killers: &["loom:slot_is_reused_only_after_its_readers_leave"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -453,6 +496,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "retire: clears entries/len before the waits (FREE after)",
         edits: &[(CLEAR, ""), (RETIRE_FENCE, RETIRE_FENCE_THEN_CLEAR)],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "the storage stays valid until the waits end and the slot cannot be reclaimed before \
@@ -468,6 +512,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 listed_with: RET listed even with return thunks",
         edits: &[(LISTED_WITH, "true")],
         killers: &["x86_insn:return_thunks_take_ret_off_the_list"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -478,6 +523,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "publish: the slot's bit in the live mask is never set, so lookups skip it",
         edits: &[(SET_LIVE_BIT, "")],
         killers: &["loom:lookup_finds_live_entries"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -492,6 +538,7 @@ pub const MUTANTS: &[Mutant] = &[
             .unwrap_or_else(|i| i.saturating_sub(1));",
         )],
         killers: &["stress:finds_exactly_the_published_sites_while_in_flight"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -501,6 +548,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "conflicts: two batches overlap only where a site starts at once",
         edits: &[(OVERLAP, "if x.addr() == y.addr() {")],
         killers: &["stress:batches_nest_and_conflicts_are_refused"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -511,6 +559,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 CALL emulation pushes the call's own address",
         edits: &[(X86_CALL_PUSH, "stack.write_u64(sp, site);")],
         killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -520,6 +569,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 CALL emulation resumes after the call, not at its target",
         edits: &[(X86_CALL_JUMP, "regs.set_ip(end_of(site, REL32_LEN));")],
         killers: &["x86_insn:emulate_call_pushes_exactly_the_return_address"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -532,6 +582,7 @@ pub const MUTANTS: &[Mutant] = &[
             "branch_target(site, REL8_LEN, i64::from(rel as u8))",
         )],
         killers: &["x86_insn:exact_bytes_and_round_trip"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -541,6 +592,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 decode: rel32 displacements zero-extended",
         edits: &[(X86_REL32_SIGN, "i64::from(u32::from_le_bytes(rel))")],
         killers: &["x86_insn:exact_bytes_and_round_trip"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -550,6 +602,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 accept: RET followed by anything (an unlisted string)",
         edits: &[(X86_RET_PADDING, "false")],
         killers: &["x86_insn:accept_errors"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -559,6 +612,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "x86 accept: the listed NOP2 refused",
         edits: &[(X86_NOP2, "if matches_fixed(bytes, &NOP2_BYTES)? && false {")],
         killers: &["x86_insn:accept_exact_cases"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -569,6 +623,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "arm64 BL emulation leaves X30 alone",
         edits: &[(ARM64_BL_LINK, "")],
         killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -578,6 +633,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "arm64 BL emulation links the BL's own address",
         edits: &[(ARM64_BL_LINK, "                regs.set_x(LR, site);\n")],
         killers: &["arm64_insn:emulate_bl_links_site_plus_4"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -590,6 +646,7 @@ pub const MUTANTS: &[Mutant] = &[
             "let offset = ((word & IMM26_MASK) << 2) as i32;",
         )],
         killers: &["arm64_insn:exact_words_and_round_trip"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -599,6 +656,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "arm64 MOV X9, X30 emulation copies X9 into X30",
         edits: &[(ARM64_MOV, "regs.set_x(LR, regs.x(X9));")],
         killers: &["arm64_insn:emulate_mov_x9_x30_copies_the_link_register"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -608,6 +666,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "arm64 decode: the listed RET refused",
         edits: &[(ARM64_RET, "RET => Err(InsnError::Unsupported),")],
         killers: &["arm64_insn:accept_exact_cases"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -620,6 +679,7 @@ pub const MUTANTS: &[Mutant] = &[
             "Insn::Brk { .. } => Some(ListedInsn::Nop),",
         )],
         killers: &["arm64_insn:accept_exact_cases"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -633,6 +693,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -646,6 +707,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:each_kind_of_write_is_one_phase_over_every_change_that_needs_it",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -658,6 +720,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:arm64_batch_takes_two_syncs_and_no_tails",
             "model:guarded_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -670,6 +733,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:a_retargeted_jump_is_planned_although_only_its_tail_changes",
             "model:retargeted_branches_are_clean_exhaustively",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -679,6 +743,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "plan: an unchanged site is planned as a change",
         edits: &[(PLAN_IS_NOOP, "        false\n")],
         killers: &["plan:noop_changes_get_nothing"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -691,6 +756,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
             "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -703,6 +769,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:all_parked_batch_has_no_guarded_section",
             "model:all_parked_arm64_is_clean_exhaustively",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -728,6 +795,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:x86_two_five_byte_sites_take_three_syncs",
             "model:guarded_x86_is_clean_exhaustively_3_cpus_3_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -741,6 +809,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:quiet_and_parked_phases",
             "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -753,6 +822,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:arm64_mixed_batch_parks_first_then_guards_the_rest",
             "model:parked_arm64_is_clean_exhaustively_3_cpus_4_sites",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -766,6 +836,7 @@ pub const MUTANTS: &[Mutant] = &[
             "listener_model:a_listener_counted_between_an_x86_record_and_its_head_misses_it",
             "listener_model:handshake_module_batches_never_disagree",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -775,6 +846,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "text_mutex: a module batch whose step failed still lets go of it across its syncs",
         edits: &[(PLAN_ACROSS_FAILED, "    pub fn failed(&mut self) {\n")],
         killers: &["plan:a_module_batch_releases_text_mutex_only_before_its_first_record_or_failure"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -788,6 +860,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:recovery_targets_what_the_record_says",
             "model:failed_writes_recover_cleanly_exhaustively",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -800,6 +873,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:recovery_writes_tails_then_syncs_then_heads",
             "model:failed_writes_recover_cleanly_exhaustively",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -809,6 +883,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "recovery: no sync before heads behind tails the plan wrote",
         edits: &[(RECOVERY_TAIL_SYNC, "if core::mem::take(&mut self.wrote) {")],
         killers: &["plan:recovery_syncs_before_heads_behind_tails_the_plan_wrote"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -825,6 +900,7 @@ pub const MUTANTS: &[Mutant] = &[
             "plan:recovery_writes_tails_then_syncs_then_heads",
             "model:failed_writes_recover_cleanly_exhaustively",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -835,6 +911,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "record: the new bytes before the old ones",
         edits: &[(RECORD_BYTES, "        w.put(new)?;\n        w.put(old)?;\n")],
         killers: &["record:golden_x86_jmp_poke"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -844,6 +921,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "record: size not rounded up to 8 bytes (no padding)",
         edits: &[(RECORD_PADDED, "let padded = tot;")],
         killers: &["record:golden_x86_jmp_poke"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -853,6 +931,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "record: padding counted in the size but not written",
         edits: &[(RECORD_PAD, "")],
         killers: &["record:golden_x86_jmp_poke"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -866,6 +945,7 @@ pub const MUTANTS: &[Mutant] = &[
             "                    defect.pause_across_sync(recorded);\n",
         )],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "nothing in make test catches it: QEMU's TCG keeps every vCPU's instruction stream \
@@ -882,6 +962,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "executor: a guarded module batch does not hold text_mutex from its first record on",
         edits: &[(BATCH_RECORD_HOLD, "")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "listener",
+            fails: Fails::Case("two_listeners_mid_storm"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test on x86 by two_listeners_mid_storm (listener group): the second \
@@ -901,6 +987,12 @@ pub const MUTANTS: &[Mutant] = &[
             "        let published = match kernel::error::Result::<()>::Ok(()) {\n",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "outsider",
+            fails: Fails::Case("outsider_change_under_kprobe"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the outsider's verdict change_under_kprobe (KTAP \
@@ -915,6 +1007,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "recovery: the guards it took out not recorded as replaced",
         edits: &[(BATCH_RECOVERY_REPLACED, "")],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "nothing in make test catches it: only a vCPU running a stale translation of a \
@@ -934,6 +1027,12 @@ pub const MUTANTS: &[Mutant] = &[
             "        return true;\n    }\n    claim(engine, site, regs)",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "outsider",
+            fails: Fails::Splat,
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test before the check seeded defect 10 (the swallowed foreign trap) \
@@ -951,6 +1050,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "trap: emulated but not counted (textpoke_cpu_traps)",
         edits: &[(TRAP_COUNT, "")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "bad_input",
+            fails: Fails::Case("trap_emulates_jmp_rel32"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test when textpoke loads: its own selftest trap_emulates_jmp_rel32 \
@@ -968,6 +1073,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "patcher: apply commits nothing it took",
         edits: &[(PATCHER_APPLY, "        let _ = held;\n")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "arm64",
+            smp: 2,
+            groups: "kernel_patching",
+            fails: Fails::Splat,
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the kernel itself on arm64: ftrace checks each change it \
@@ -988,6 +1099,12 @@ pub const MUTANTS: &[Mutant] = &[
             "HandBackWhenFull\n    {\n",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "negative_controls",
+            fails: Fails::Case("kernel_queue_full_commits_and_goes_on"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by kernel_queue_full_commits_and_goes_on (negative_controls, \
@@ -1008,6 +1125,12 @@ pub const MUTANTS: &[Mutant] = &[
             "&& (true || q.entries.push(entry, GFP_KERNEL).is_ok());",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "arm64",
+            smp: 2,
+            groups: "kernel_patching",
+            fails: Fails::Splat,
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the kernel itself on arm64: ftrace's check of the change it \
@@ -1027,6 +1150,12 @@ pub const MUTANTS: &[Mutant] = &[
             "    if *old != *new {\n        return Err(Declined::Unchanged);",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "kernel_patching",
+            fails: Fails::Case("sched_schedstats_on"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by every kernel_patching transition (sched_schedstats_on \
@@ -1044,6 +1173,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "patcher: a change that must be parked taken under a guard",
         edits: &[(PATCHER_MUST_PARK, "")],
         killers: &[],
+        guest: None,
         hang_kills: false,
         allowed: Some(
             "nothing in make test catches it: the only such change, arm64 ftrace's NOP -> MOV \
@@ -1062,6 +1192,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "register: a site over a registered one accepted",
         edits: &[(SITES_OVERLAP, "if false {")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "bad_input",
+            fails: Fails::Case("register_over"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the bad-input case register_over: the exerciser registers \
@@ -1075,6 +1211,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "find: an address inside a site taken for no site",
         edits: &[(SITES_INSIDE, "")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "bad_input",
+            fails: Fails::Case("inside_site"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the bad-input case inside_site: a change one byte into a \
@@ -1088,6 +1230,12 @@ pub const MUTANTS: &[Mutant] = &[
         what: "register: no check for text other patchers own",
         edits: &[(SITES_OTHER_PATCHERS, "if true {")],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "outsider",
+            fails: Fails::Case("outsider_register_jump_label_site"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test as seeded defect 11 is (control_other_patchers_ignored_caught): \
@@ -1104,6 +1252,12 @@ pub const MUTANTS: &[Mutant] = &[
             "        ModuleState::Coming => {\n            for part in [Part::Core] {",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "other_writers",
+            fails: Fails::Case("loaded"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the guest case new_text/loaded (other_writers group): the \
@@ -1119,6 +1273,12 @@ pub const MUTANTS: &[Mutant] = &[
             "            for part in [Part::Init] {\n                unregister(",
         )],
         killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "other_writers",
+            fails: Fails::Case("unloaded"),
+        }),
         hang_kills: false,
         allowed: Some(
             "caught in make test by the guest case new_text/unloaded: the decoder still holds a \
@@ -1136,6 +1296,7 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[
             "agent:scenarios::faults::tests::a_call_whose_target_changed_is_one_range_from_its_opcode",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -1148,6 +1309,7 @@ pub const MUTANTS: &[Mutant] = &[
             "(self.outcomes.get(\"ENOMEM\").copied().unwrap_or(0) == usize::MAX)",
         )],
         killers: &["agent:scenarios::faults::tests::a_failure_path_is_judged_only_if_a_run_failed"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -1157,6 +1319,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "key_by_file: results keyed by their description, which two files share",
         edits: &[("        out.push((key, outcome));", "        out.push((name, outcome));")],
         killers: &["agent:scenarios::kselftest::tests::ftracetest_results_are_keyed_by_file"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -1166,6 +1329,7 @@ pub const MUTANTS: &[Mutant] = &[
         what: "key_by_file: a result taken for the next file whatever its description",
         edits: &[("        if name != description {", "        if false && name != description {")],
         killers: &["agent:scenarios::kselftest::tests::ftracetest_results_are_keyed_by_file"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -1178,6 +1342,7 @@ pub const MUTANTS: &[Mutant] = &[
             "            Self::Ksymbol(k) if !k.unregister => (k.time, 1),",
         )],
         killers: &["agent:scenarios::new_text::tests::a_register_is_filled_then_changed_then_removed"],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
@@ -1192,6 +1357,7 @@ pub const MUTANTS: &[Mutant] = &[
         killers: &[
             "agent:scenarios::new_text::tests::holes_wrong_old_bytes_and_unmatched_ksymbols_are_errors",
         ],
+        guest: None,
         hang_kills: false,
         allowed: None,
     },
