@@ -32,6 +32,10 @@ pub const PATCHER: &str = "kernel/patcher.rs";
 pub const SITES: &str = "kernel/sites.rs";
 /// Modules' text described to tracers (kernel-only).
 pub const NEW_TEXT: &str = "kernel/new_text.rs";
+/// x86's text writes and syncs (kernel-only).
+pub const X86_TEXT: &str = "arch/x86/text.rs";
+/// arm64's text writes and syncs (kernel-only).
+pub const ARM64_TEXT: &str = "arch/arm64/text.rs";
 
 /// The fault-injection cases of the guest agent: how a kernel transition's text is compared with
 /// the stock path's, and when a case's failure path counts as run (harness).
@@ -43,7 +47,7 @@ pub const AGENT_NEW_TEXT: &str = "tools/agent/src/scenarios/new_text.rs";
 
 /// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
 /// host test can run them, so their mutants are never built here.
-pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES, NEW_TEXT];
+pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES, NEW_TEXT, X86_TEXT, ARM64_TEXT];
 
 /// Whether `file` is compiled into the kernel module only.
 pub fn kernel_only(file: &str) -> bool {
@@ -945,15 +949,19 @@ pub const MUTANTS: &[Mutant] = &[
             "                    defect.pause_across_sync(recorded);\n",
         )],
         killers: &[],
-        guest: None,
+        guest: Some(GuestKiller {
+            arch: "arm64",
+            smp: 2,
+            groups: "scenario_one_poker",
+            fails: Fails::Case("syncs_reach_every_cpu"),
+        }),
         hang_kills: false,
         allowed: Some(
-            "nothing in make test catches it: QEMU's TCG keeps every vCPU's instruction stream \
-             coherent with memory, so no guest can observe a missing sync (why seeded defects 1 \
-             and 2 are host-only, docs/architecture.md), and the host model checks plan.rs's \
-             steps, not this executor. It would take the executor built against a fake arch that \
-             counts sync_all() calls against Cost::of(plan), which needs batch.rs off the kernel \
-             crate, or incoherent hardware",
+            "caught in make test by syncs_reach_every_cpu (scenario_one_poker; arm64, and x86 at 4 CPUs): the \
+             kernel's count of function-call IPIs must grow by the run's syncs times the other \
+             CPUs, and a sync not made sends none. QEMU's TCG keeps every vCPU's instruction \
+             stream coherent with memory, so the text itself never shows a missing sync (why \
+             seeded defects 1 and 2 are host-only, docs/architecture.md)",
         ),
     },
     Mutant {
@@ -991,14 +999,15 @@ pub const MUTANTS: &[Mutant] = &[
             arch: "x86_64",
             smp: 2,
             groups: "outsider",
-            fails: Fails::Case("outsider_change_under_kprobe"),
+            fails: Fails::Splat,
         }),
         hang_kills: false,
         allowed: Some(
-            "caught in make test by the outsider's verdict change_under_kprobe (KTAP \
-             outsider_change_under_kprobe): a change at a site under an armed kprobe must fail \
-             with EIO and write nothing, and unchecked the batch writes its guard over the \
-             kprobe's and commits",
+            "caught in make test by a splat in the outsider group (booted on x86_64-smp2): with \
+             no check of the text, a batch writes over an optimized kprobe's jump, and the \
+             outsider's optprobe runner (outsider_optrun) oopses fetching from the garbage \
+             address; the outsider's verdict change_under_kprobe (a change at a site under an \
+             armed kprobe must fail with EIO and write nothing) would follow",
         ),
     },
     Mutant {
@@ -1015,6 +1024,48 @@ pub const MUTANTS: &[Mutant] = &[
              harness's, never did (0 vanished-guard traps, docs/results.md). An MTTCG boot \
              (textpoke-runner boot --mttcg, 298 vanished-guard traps in one run) running \
              write_failure_recovered_at_every_write would oops on such a guard",
+        ),
+    },
+    // arch/*/text.rs (kernel-only): each arch's all-CPU sync.
+    Mutant {
+        name: "x86-sync-all-local",
+        file: X86_TEXT,
+        what: "x86: the all-CPU sync interrupts no other CPU",
+        edits: &[(
+            "    unsafe { cpu::on_each_cpu(do_sync_core, core::ptr::null_mut()) };\n",
+            "    let _ = do_sync_core;\n",
+        )],
+        killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 4,
+            groups: "scenario_one_poker",
+            fails: Fails::Case("syncs_reach_every_cpu"),
+        }),
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by syncs_reach_every_cpu (scenario_one_poker, x86_64-smp4): the \
+             kernel's count of function-call IPIs must grow by the run's syncs times the other \
+             CPUs; the text itself, on a coherent TCG, never shows it",
+        ),
+    },
+    Mutant {
+        name: "arm64-sync-all-local",
+        file: ARM64_TEXT,
+        what: "arm64: the all-CPU sync interrupts no other CPU",
+        edits: &[("    unsafe { bindings::kick_all_cpus_sync() };\n", "")],
+        killers: &[],
+        guest: Some(GuestKiller {
+            arch: "arm64",
+            smp: 2,
+            groups: "scenario_one_poker",
+            fails: Fails::Case("syncs_reach_every_cpu"),
+        }),
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by syncs_reach_every_cpu (scenario_one_poker, arm64): the \
+             kernel's count of function-call IPIs must grow by the run's syncs times the other \
+             CPUs; the text itself, on a coherent TCG, never shows it",
         ),
     },
     // kernel/trap.rs (kernel-only): the trap handler.
@@ -1493,6 +1544,8 @@ mod tests {
                 PLAN,
                 RECORD,
                 BATCH,
+                X86_TEXT,
+                ARM64_TEXT,
                 TRAP,
                 PATCHER,
                 SITES,

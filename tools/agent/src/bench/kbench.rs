@@ -105,10 +105,13 @@ pub fn run(arch: &str, cpus: usize, log: fn(&str)) -> Vec<Case> {
                 let done = workload(w);
                 let ns = start.elapsed().as_nanos();
                 let (c1, ipis1) = (counters(), sys::call_ipis());
-                if let Err(e) = done {
-                    failures.push(format!("round {round}, {path}, {w}: {e}"));
-                    continue;
-                }
+                let (ipis0, ipis1) = match (done, ipis0, ipis1) {
+                    (Ok(()), Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                        failures.push(format!("round {round}, {path}, {w}: {e}"));
+                        continue;
+                    }
+                };
                 // `counters()` keeps textpoke's `kernel.*` lines, prefix and all.
                 let moved = crate::scenarios::kernel_patching::counters_moved(&c0, &c1);
                 let d = |k: &str| moved.get(&format!("kernel.{k}")).copied().unwrap_or(0);

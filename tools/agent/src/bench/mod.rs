@@ -270,9 +270,9 @@ fn sample(mode: &str, n: u32) -> Result<(Rep, u64, Option<Engine>), String> {
     } else {
         None
     };
-    let before = sys::call_ipis();
+    let before = sys::call_ipis()?;
     control(&format!("run mode={module_mode} n={n} reps=1"))?;
-    let ipis = sys::call_ipis().saturating_sub(before);
+    let ipis = sys::call_ipis()?.saturating_sub(before);
     let engine = match engine_before {
         Some(b) => Some(engine_delta(&b, &engine_counters()?)?),
         None => None,

@@ -408,16 +408,22 @@ pub fn interrupt_rows() -> io::Result<Vec<IrqRow>> {
     Ok(parse_interrupt_rows(&read_text("/proc/interrupts")?))
 }
 
-/// Function-call IPIs taken so far, summed over CPUs (x86 `CAL`, arm64 `IPI1`).
-pub fn call_ipis() -> u64 {
-    interrupt_rows()
-        .map(|rows| {
-            rows.iter()
-                .filter(|r| r.description.contains("Function call"))
-                .map(|r| r.total())
-                .sum()
-        })
-        .unwrap_or(0)
+/// Function-call IPIs taken so far, summed over CPUs (x86 `CAL`, arm64 `IPI1`): the kernel's
+/// own count of the interrupts an all-CPU sync (`on_each_cpu()`, `kick_all_cpus_sync()`) sends.
+/// An error if `/proc/interrupts` cannot be read or has no such row.
+pub fn call_ipis() -> Result<u64, String> {
+    let rows = interrupt_rows().map_err(|e| format!("/proc/interrupts: {e}"))?;
+    call_ipis_of(&rows).ok_or_else(|| "/proc/interrupts has no row of function-call IPIs".into())
+}
+
+/// The function-call IPIs of `rows`, summed; `None` if no row counts them.
+pub fn call_ipis_of(rows: &[IrqRow]) -> Option<u64> {
+    let mut found = rows
+        .iter()
+        .filter(|r| r.description.contains("Function call"))
+        .peekable();
+    found.peek()?;
+    Some(found.map(IrqRow::total).sum())
 }
 
 /// Parses `/proc/interrupts` text into rows.

@@ -1292,6 +1292,7 @@ mod tests {
             execs: Vec::new(),
             stats: Default::default(),
             traps: checks::TrapEvidence::Cpu,
+            call_ipis: None,
         }
     }
 

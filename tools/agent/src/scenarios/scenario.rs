@@ -121,6 +121,10 @@ pub struct Evidence {
     pub stats: (BTreeMap<String, String>, BTreeMap<String, String>),
     /// How the ordering check tells a trap (see [`checks::TrapEvidence`]).
     pub traps: checks::TrapEvidence,
+    /// Function-call IPIs, summed over CPUs, just before and just after the run; `None` when
+    /// the breakpoint observer ran beside it (it moves breakpoints on every CPU, by IPIs of
+    /// its own).
+    pub call_ipis: Option<(u64, u64)>,
 }
 
 /// The addresses of every exerciser site.
@@ -218,7 +222,15 @@ pub fn run_observed(
         .transpose()
         .map_err(|e| format!("starting the observer: {e}"))?;
     log(&format!("scenario {spec}"));
+    let ipis_before = match observer {
+        None => Some(sys::call_ipis()?),
+        Some(_) => None,
+    };
     let run = exerciser::command(&format!("run {spec}"));
+    let call_ipis = match ipis_before {
+        Some(before) => Some((before, sys::call_ipis()?)),
+        None => None,
+    };
     let observed = observer.map(observer::Observer::stop);
     let drain = recorder.drain();
     recorder.close();
@@ -236,6 +248,7 @@ pub fn run_observed(
         execs: exerciser::executions().map_err(|e| format!("executions: {e}"))?,
         stats: (stats_before, engine_stats()?),
         traps,
+        call_ipis,
     };
     Ok((ev, observed))
 }
@@ -332,6 +345,55 @@ pub fn case(
     match run(spec, sites, kcore) {
         Ok(ev) => judge(name, spec, shape, traps, &ev, sites),
         Err(e) => Case::fail(name, e),
+    }
+}
+
+/// `syncs_reach_every_cpu`: the kernel's own count of function-call IPIs (`/proc/interrupts`,
+/// `ipis` before and after the run) shows every sync the run's batches counted (the exerciser's
+/// `syncs`) interrupting every other online CPU. A sync is `on_each_cpu()` (x86) or
+/// `kick_all_cpus_sync()` (arm64), one IPI to each other CPU, and a lone poker's syncs follow one
+/// another, each waiting for every CPU, so none shares another's IPI. A sync counted and not
+/// made, which no coherent TCG guest can see in the text, shows here.
+fn syncs_reach_every_cpu(ev: &Evidence, (before, after): (u64, u64)) -> Case {
+    const NAME: &str = "syncs_reach_every_cpu";
+    let judged = ev.result("syncs").and_then(|syncs| {
+        let cpus = sys::online_cpus().map_err(|e| format!("online CPUs: {e}"))?;
+        ipis_cover_syncs(after.saturating_sub(before), syncs, cpus.len() as u64)
+    });
+    match judged {
+        Ok(line) => Case::pass(NAME).with_log(line),
+        Err(e) => Case::fail(NAME, e),
+    }
+}
+
+/// Whether the kernel counts an IPI for every CPU a sync interrupts. On x86 a sync with one other
+/// CPU to interrupt sends it a lone IPI, which the kernel leaves out when that CPU idles polling
+/// (`call_function_single_prep_ipi()`; cpuidle's poll state), the call then run from its idle
+/// loop and counted nowhere; to two or more it sends every one. arm64 (6.12) never idles
+/// polling. So the check runs on arm64, and on x86 with three CPUs or more (an error reading
+/// them runs it, to fail on the error).
+fn every_ipi_counted() -> bool {
+    cfg!(target_arch = "aarch64") || sys::online_cpus().map_or(true, |c| c.len() >= 3)
+}
+
+/// Whether `ipis` function-call IPIs can be `syncs` all-CPU syncs on `cpus` CPUs, each of which
+/// interrupts every other CPU: `Ok(summary)` if at least that many were taken.
+pub fn ipis_cover_syncs(ipis: u64, syncs: u64, cpus: u64) -> Result<String, String> {
+    if cpus < 2 || syncs == 0 {
+        return Err(format!(
+            "{syncs} syncs on {cpus} CPUs: nothing a sync must interrupt"
+        ));
+    }
+    let wanted = syncs.saturating_mul(cpus - 1);
+    let line = format!(
+        "{ipis} function-call IPIs for {syncs} syncs on {cpus} CPUs (each sync interrupts the {} \
+         other CPUs: {wanted} at least)",
+        cpus - 1
+    );
+    if ipis >= wanted {
+        Ok(line)
+    } else {
+        Err(format!("too few: {line}"))
     }
 }
 
@@ -746,6 +808,10 @@ pub fn judge(
                 .map_or_else(|e| e, |n| n.to_string())
         )),
     );
+    // A lone poker's syncs never overlap one another, so each interrupts every other CPU.
+    if let (1, Some(ipis), true) = (shape.pokers, ev.call_ipis, every_ipi_counted()) {
+        children.push(syncs_reach_every_cpu(ev, ipis));
+    }
     let mut case = Case::group(name, children).with_log(format!("spec {spec}"));
     for key in [
         "batches",
@@ -766,6 +832,20 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_sync_must_interrupt_every_other_cpu() {
+        // 10 syncs on 4 CPUs: 30 IPIs at least.
+        assert!(ipis_cover_syncs(30, 10, 4).is_ok());
+        assert!(ipis_cover_syncs(45, 10, 4).is_ok());
+        let short = ipis_cover_syncs(29, 10, 4).unwrap_err();
+        assert!(short.contains("30 at least"), "{short}");
+        // Syncs counted but never sent.
+        assert!(ipis_cover_syncs(0, 10, 2).is_err());
+        // Nothing to judge is no pass.
+        assert!(ipis_cover_syncs(5, 0, 2).is_err());
+        assert!(ipis_cover_syncs(5, 10, 1).is_err());
+    }
 
     fn site(index: usize, kind: &str, addr: u64) -> Site {
         Site {
@@ -834,6 +914,7 @@ mod tests {
             execs: Vec::new(),
             stats: (BTreeMap::new(), BTreeMap::new()),
             traps: checks::TrapEvidence::Cpu,
+            call_ipis: None,
         }
     }
 
