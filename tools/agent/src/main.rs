@@ -5,7 +5,7 @@
 //! - `test` (default): the whole guest test suite;
 //! - `run`: the demo, one scenario with its checks and a readable summary;
 //! - `check=<what>`: a harness self-check that must make the run fail in a specific way
-//!   (`not_ok`, `warn`, `hang`, `no_series`);
+//!   (`not_ok`, `warn`, `hang`, `no_series`, `kmemleak`, ...);
 //! - `bench`: the benchmarks (see `bench`);
 //! - `stress`: load and unload textpoke and the exerciser 100 times, trying to unload them while
 //!   batches are live (see `stress`).
@@ -44,8 +44,8 @@ mod scenarios;
 
 use scenarios::scenario::{self, region, Evidence, SCENARIOS};
 use scenarios::{
-    badinput, controls, groups, hotplug, kernel_patching, kselftest, listener, new_text, observed,
-    outsider, plan, stock_recorder, stress, writers,
+    badinput, controls, faults, groups, hotplug, kernel_patching, kselftest, listener, new_text,
+    observed, outsider, plan, stock_recorder, stress, writers,
 };
 
 /// The exerciser's command for a scenario, when the agent runs it as perf's workload.
@@ -465,6 +465,23 @@ fn harness_check(ktap: &mut Ktap, what: &str) {
         "foreign_brk_unloaded" => {
             let (case, selftest) = foreign_brk_unloaded();
             print_document(ktap, selftest, "textpoke_agent", vec![case]);
+        }
+        // A module that leaks, unloaded before kmemleak scans (the KASAN kernel's): the unload
+        // stress's kmemleak check must count its leaks as textpoke's (code that is gone) and
+        // fail. Without the module's leaks it passes, and the boot with it.
+        "kmemleak" => {
+            faults::kmemleak_clear();
+            let leaked = load("harness_leak", "").and_then(|()| {
+                sys::unload_module("harness_leak")
+                    .map_err(|e| format!("unloading harness_leak: {e}"))
+            });
+            let case = match leaked {
+                Ok(()) => faults::kmemleak_case(),
+                Err(e) => Case::fail("harness_leak", e),
+            };
+            if let Err(e) = ktap.print_suites(&[Case::group("textpoke_agent", vec![case])]) {
+                log(&format!("KTAP output failed: {e}"));
+            }
         }
         other => log(&format!("unknown check {other}")),
     }

@@ -915,10 +915,9 @@ impl Leak {
     /// Whether textpoke or one of its samples allocated it: a frame names one, or is an address
     /// in no symbol (a module that has gone).
     pub fn ours(&self) -> bool {
-        self.frames.iter().any(|f| {
-            let sym = f.split("] ").nth(1).unwrap_or(f).trim();
-            sym.contains("textpoke") || sym.starts_with("0x")
-        })
+        self.frames
+            .iter()
+            .any(|sym| sym.contains("textpoke") || sym.starts_with("0x"))
     }
 }
 
@@ -935,7 +934,8 @@ pub fn parse_leaks(report: &str) -> Vec<Leak> {
             in_trace = false;
         } else if line.trim_start().starts_with("backtrace") {
             in_trace = true;
-        } else if in_trace && line.trim_start().starts_with("[<") {
+        } else if in_trace && !line.trim().is_empty() {
+            // mm/kmemleak.c prints each frame as `    %pS`.
             if let Some(l) = out.last_mut() {
                 l.frames.push(line.trim().to_owned());
             }
@@ -970,6 +970,10 @@ pub fn kmemleak_case() -> Case {
     log(&line);
     for l in ours.iter().take(3) {
         log(&format!("kmemleak: {} {:?}", l.header, l.frames));
+    }
+    // What the others are, so that a leak wrongly left out can be seen in the log.
+    for l in leaks.iter().filter(|l| !l.ours()).take(3) {
+        log(&format!("kmemleak: not ours: {} {:?}", l.header, l.frames));
     }
     Case::check(
         NAME,
@@ -1109,18 +1113,28 @@ unreferenced object 0xffff888004a1b2c0 (size 64):
   hex dump (first 32 bytes):
     00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  ................
   backtrace (crc 1234abcd):
-    [<ffffffff81234567>] __kmalloc_noprof+0x1a0/0x3c0
-    [<ffffffffc0012345>] 0xffffffffc0012345
+    __kmalloc_noprof+0x1a0/0x3c0
+    0xffffffffc0012345
+    do_one_initcall+0x8b/0x2f0
 unreferenced object 0xffff888004a1b300 (size 32):
   comm \"swapper/0\", pid 1, jiffies 4294890000
   backtrace (crc 5678):
-    [<ffffffff81234567>] __kmalloc_noprof+0x1a0/0x3c0
-    [<ffffffff81345678>] acpi_init+0x10/0x20
+    __kmalloc_noprof+0x1a0/0x3c0
+    acpi_init+0x10/0x20
+unreferenced object 0xffff888004a1b400 (size 32):
+  comm \"textpoke-agent\", pid 1, jiffies 4294890000
+  backtrace (crc 9abc):
+    kmalloc_trace_noprof+0x20/0x30
+    textpoke_batch_begin+0x40/0x90 [textpoke]
 ";
         let leaks = parse_leaks(report);
-        assert_eq!(leaks.len(), 2);
+        assert_eq!(leaks.len(), 3);
         assert!(leaks[0].ours());
         assert!(!leaks[1].ours());
-        assert_eq!(leaks[1].frames.len(), 2);
+        assert!(leaks[2].ours());
+        assert_eq!(
+            leaks[1].frames,
+            ["__kmalloc_noprof+0x1a0/0x3c0", "acpi_init+0x10/0x20"]
+        );
     }
 }

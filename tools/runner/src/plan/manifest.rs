@@ -386,6 +386,10 @@ pub const HANG_LOG: &str = "textpoke-agent: hanging on purpose: the runner must 
 pub const SWALLOWED_LOG: &str =
     "textpoke_outsider: a BRK #0x008 that is not textpoke's was swallowed";
 
+/// What the agent's kmemleak check says when it finds a leak of textpoke's or its samples'
+/// (`kmemleak_case` in tools/agent/src/scenarios/faults.rs): only a failing check prints it.
+pub const KMEMLEAK_CAUGHT_LOG: &str = "of them textpoke's or its samples': the first: unreferenced";
+
 /// Kernel arguments of the KASAN boots (see [`plan`]).
 const KASAN_APPEND: &str = "preempt=none rcupdate.rcu_cpu_stall_timeout=300";
 
@@ -594,6 +598,22 @@ pub fn plan(suite: Suite, arches: &[Arch]) -> Manifest {
             SWALLOWED_LOG,
             Variant::Patched,
         ));
+    }
+    if suite == Suite::TestDebug && arches.contains(&Arch::X86_64) {
+        // A module that leaks, unloaded before the scans: the unload stress's kmemleak check
+        // (only the KASAN kernels have kmemleak) must fail on its leaks.
+        let mut leak = harness(
+            "kmemleak",
+            "kmemleak",
+            Verdict::NotOk,
+            Some(KMEMLEAK_CAUGHT_LOG),
+        );
+        leak.variant = Variant::Kasan;
+        leak.mem_mb = 2048;
+        leak.silence = 2 * SILENCE;
+        leak.append.push(' ');
+        leak.append.push_str(KASAN_APPEND);
+        boots.push(leak);
     }
     if suite == Suite::TestDebug && arches.contains(&Arch::Arm64) {
         // With textpoke loaded and unloaded again, the kernel's trap hook is at its default: a
@@ -970,6 +990,7 @@ mod tests {
                 "x86_64-kasan-stress",
                 "arm64-kasan-smp2",
                 "arm64-kasan-stress",
+                "harness-kmemleak",
                 "harness-foreign-brk-unloaded"
             ]
         );
@@ -984,7 +1005,26 @@ mod tests {
         assert!(guests
             .iter()
             .all(|b| b.smp == 2 && b.expect == Verdict::Pass));
-        let brk = &checks[0];
+        let leak = &checks[0];
+        assert_eq!(
+            (
+                leak.arch,
+                leak.variant,
+                leak.expect,
+                leak.expect_log.as_deref()
+            ),
+            (
+                Arch::X86_64,
+                Variant::Kasan,
+                Verdict::NotOk,
+                Some(KMEMLEAK_CAUGHT_LOG)
+            )
+        );
+        assert_eq!(
+            leak.append,
+            format!("textpoke.mode=check=kmemleak {KASAN_APPEND}")
+        );
+        let brk = &checks[1];
         assert_eq!(
             (brk.arch, brk.variant, brk.expect, brk.expect_log.as_deref()),
             (
@@ -1012,7 +1052,7 @@ mod tests {
         assert_eq!(m.boots[1].require, ["textpoke_selftest", STRESS_SUITE]);
         assert!(m.checks.is_empty());
         assert_eq!(plan(Suite::TestDebug, &[Arch::Arm64]).boots.len(), 3);
-        assert_eq!(plan(Suite::TestDebug, &[Arch::X86_64]).boots.len(), 2);
+        assert_eq!(plan(Suite::TestDebug, &[Arch::X86_64]).boots.len(), 3);
     }
 
     #[test]
