@@ -36,6 +36,8 @@ pub const NEW_TEXT: &str = "kernel/new_text.rs";
 pub const X86_TEXT: &str = "arch/x86/text.rs";
 /// arm64's text writes and syncs (kernel-only).
 pub const ARM64_TEXT: &str = "arch/arm64/text.rs";
+/// x86's trap path beyond the codec: the interrupted stack (kernel-only).
+pub const X86_TRAP: &str = "arch/x86/trap.rs";
 
 /// The fault-injection cases of the guest agent: how a kernel transition's text is compared with
 /// the stock path's, and when a case's failure path counts as run (harness).
@@ -47,7 +49,9 @@ pub const AGENT_NEW_TEXT: &str = "tools/agent/src/scenarios/new_text.rs";
 
 /// The files of mutants that only the kernel module compiles (they use the `kernel` crate): no
 /// host test can run them, so their mutants are never built here.
-pub const KERNEL_ONLY: &[&str] = &[BATCH, TRAP, PATCHER, SITES, NEW_TEXT, X86_TEXT, ARM64_TEXT];
+pub const KERNEL_ONLY: &[&str] = &[
+    BATCH, TRAP, PATCHER, SITES, NEW_TEXT, X86_TEXT, ARM64_TEXT, X86_TRAP,
+];
 
 /// Whether `file` is compiled into the kernel module only.
 pub fn kernel_only(file: &str) -> bool {
@@ -1068,6 +1072,50 @@ pub const MUTANTS: &[Mutant] = &[
              CPUs; the text itself, on a coherent TCG, never shows it",
         ),
     },
+    // arch/x86/trap.rs (kernel-only): the stack a trapped CALL or RET is emulated on.
+    Mutant {
+        name: "x86-call-return-address-dropped",
+        file: X86_TRAP,
+        what: "x86 trap: an emulated CALL's return address never written to the stack",
+        edits: &[(
+            "        unsafe { core::ptr::write(addr as usize as *mut u64, value) };\n",
+            "        let _ = value;\n",
+        )],
+        killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "scenario_one_poker",
+            fails: Fails::Splat,
+        }),
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by a splat in scenario_one_poker (x86_64): a trapped execution \
+             of a call site, emulated, enters the callee with no return address pushed, and its \
+             RET leaves for whatever the stack held",
+        ),
+    },
+    Mutant {
+        name: "x86-ret-reads-zero",
+        file: X86_TRAP,
+        what: "x86 trap: an emulated RET reads 0 as its return address",
+        edits: &[(
+            "        unsafe { core::ptr::read(addr as usize as *const u64) }\n",
+            "        0\n",
+        )],
+        killers: &[],
+        guest: Some(GuestKiller {
+            arch: "x86_64",
+            smp: 2,
+            groups: "scenario_one_poker",
+            fails: Fails::Splat,
+        }),
+        hang_kills: false,
+        allowed: Some(
+            "caught in make test by a splat in scenario_one_poker (x86_64): a trapped execution \
+             of a ret site, emulated, returns to address 0",
+        ),
+    },
     // kernel/trap.rs (kernel-only): the trap handler.
     Mutant {
         name: "trap-claims-foreign",
@@ -1546,6 +1594,7 @@ mod tests {
                 BATCH,
                 X86_TEXT,
                 ARM64_TEXT,
+                X86_TRAP,
                 TRAP,
                 PATCHER,
                 SITES,
