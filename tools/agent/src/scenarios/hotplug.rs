@@ -320,7 +320,9 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
                 break;
             }
         };
-        runs.push(scenario::case(&name, &spec, shape, traps, sites, kcore));
+        runs.push(scenario::case_cpus_changing(
+            &name, &spec, shape, traps, sites, kcore,
+        ));
         if plug.overlapping() >= MIN_OVERLAPPING || start.elapsed() > SCENARIO_LIMIT {
             break;
         }
