@@ -227,7 +227,15 @@ fn test_suite(ktap: &mut Ktap) {
                 cases.push(timed(name, || match scenario::Shape::parse(spec) {
                     Ok(shape) => {
                         let traps = scenario::TrapsWanted::for_spec(*min_trapped, &shape, cpus);
-                        scenario::case(name, spec, &shape, traps, &sites, &kcore)
+                        scenario::case(
+                            name,
+                            spec,
+                            &shape,
+                            traps,
+                            &sites,
+                            &kcore,
+                            scenario::Cpus::Steady,
+                        )
                     }
                     Err(e) => Case::fail(*name, e),
                 }));

@@ -320,8 +320,15 @@ pub fn cases(sites: &[Site], kcore: &Kcore) -> Case {
                 break;
             }
         };
-        runs.push(scenario::case_cpus_changing(
-            &name, &spec, shape, traps, sites, kcore,
+        // CPUs go offline and online under these runs.
+        runs.push(scenario::case(
+            &name,
+            &spec,
+            shape,
+            traps,
+            sites,
+            kcore,
+            scenario::Cpus::Changing,
         ));
         if plug.overlapping() >= MIN_OVERLAPPING || start.elapsed() > SCENARIO_LIMIT {
             break;

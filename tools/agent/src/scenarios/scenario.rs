@@ -333,26 +333,13 @@ impl Shape {
     }
 }
 
-/// As [`case`], for a run during which CPUs go offline and online (the hotplug group's): the
-/// number of CPUs each sync interrupts is not one number, so its IPIs are not judged.
-pub fn case_cpus_changing(
-    name: &str,
-    spec: &str,
-    shape: &Shape,
-    traps: TrapsWanted,
-    sites: &[Site],
-    kcore: &Kcore,
-) -> Case {
-    match run(spec, sites, kcore) {
-        Ok(ev) => {
-            let ev = Evidence {
-                call_ipis: None,
-                ..ev
-            };
-            judge(name, spec, shape, traps, &ev, sites)
-        }
-        Err(e) => Case::fail(name, e),
-    }
+/// Whether the online CPUs stay the same through a scenario's run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Cpus {
+    /// They do: each sync interrupts the same CPUs, so its IPIs are judged.
+    Steady,
+    /// CPUs go offline and online during it (the hotplug group's runs): the IPIs are not judged.
+    Changing,
 }
 
 /// Runs a scenario and judges it, as a KTAP subtest, wanting `traps`.
@@ -363,9 +350,15 @@ pub fn case(
     traps: TrapsWanted,
     sites: &[Site],
     kcore: &Kcore,
+    cpus: Cpus,
 ) -> Case {
     match run(spec, sites, kcore) {
-        Ok(ev) => judge(name, spec, shape, traps, &ev, sites),
+        Ok(mut ev) => {
+            if cpus == Cpus::Changing {
+                ev.call_ipis = None;
+            }
+            judge(name, spec, shape, traps, &ev, sites)
+        }
         Err(e) => Case::fail(name, e),
     }
 }
